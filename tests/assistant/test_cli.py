@@ -1,0 +1,56 @@
+"""The CLI surface: help, config printing, error lines without tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from assistant.cli import COMMANDS, build_parser, main
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "assistant", *args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=120,
+    )
+
+
+def test_every_command_is_registered_with_help() -> None:
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert set(sub.choices) == set(COMMANDS)  # type: ignore[attr-defined]
+    for name, command_parser in sub.choices.items():  # type: ignore[attr-defined]
+        assert command_parser.description, f"{name} has no description"
+
+
+def test_config_prints_effective_values(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--set", "vad.end_of_turn_ms=777", "config", "--json", "vad"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data == {"vad": data["vad"]} and data["vad"]["end_of_turn_ms"] == 777
+
+
+def test_bad_config_is_one_line_without_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "c.yaml"
+    bad.write_text("engine:\n  dtype: float8\n")
+    proc = run_cli("--config", str(bad), "config")
+    assert proc.returncode != 0
+    assert proc.stderr.strip().startswith("error: ")
+    assert str(bad) in proc.stderr and "engine.dtype" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_models_no_load_lists_three_models() -> None:
+    proc = run_cli("models", "--no-load", "--json")
+    assert proc.returncode == 0, proc.stderr
+    roles = [m["role"] for m in json.loads(proc.stdout)]
+    assert roles == ["asr", "tts", "llm"]

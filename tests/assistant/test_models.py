@@ -1,0 +1,99 @@
+"""Model resolution: packaged defaults, user paths, clear errors, atomic conversion."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from assistant import models
+from assistant.config import AppConfig, load_config
+from assistant.errors import ModelNotFoundError, UserError
+from assistant.llm_convert import COMPLETE_MARKER, convert_gguf, converted_dir_for
+
+
+def cfg_with(tmp_path: Path, text: str) -> AppConfig:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return load_config(path, env={})
+
+
+def test_defaults_resolve_inside_packages(default_config: AppConfig) -> None:
+    asr = models.resolve_asr(default_config)
+    assert (asr / "model.bin").is_file() and "site-packages" in str(asr)
+    onnx, config = models.resolve_voice(default_config)
+    assert onnx.suffix == ".onnx" and config.name == onnx.name + ".json"
+    gguf = models.resolve_llm_source(default_config)
+    assert gguf.suffix == ".gguf" and gguf.stat().st_size > 50_000_000
+
+
+def test_converted_llm_is_a_plain_transformers_dir(llm_dir: Path) -> None:
+    assert (llm_dir / COMPLETE_MARKER).is_file()
+    assert (llm_dir / "model.safetensors").is_file()
+    assert "quantization_config" not in (llm_dir / "config.json").read_text()
+
+
+def test_voice_found_by_name_in_voices_dir(tmp_path: Path, default_config: AppConfig) -> None:
+    onnx, config = models.resolve_voice(default_config)
+    voices = tmp_path / "voices"
+    voices.mkdir()
+    (voices / "alice.onnx").symlink_to(onnx)
+    (voices / "alice.onnx.json").symlink_to(config)
+    cfg = cfg_with(tmp_path, "models:\n  voices_dir: voices\n")
+    assert models.resolve_voice(cfg, "alice") == (voices / "alice.onnx", voices / "alice.onnx.json")
+    assert "alice" in models.list_voices(cfg)
+
+
+def test_missing_voice_lists_available(tmp_path: Path) -> None:
+    cfg = cfg_with(tmp_path, "models:\n  voices_dir: voices\n")
+    with pytest.raises(ModelNotFoundError, match="voice 'bob' not found.*en_US-joe-medium"):
+        models.resolve_voice(cfg, "bob")
+
+
+def test_voice_without_json_is_clear(tmp_path: Path) -> None:
+    (tmp_path / "x.onnx").write_bytes(b"0")
+    cfg = cfg_with(tmp_path, "")
+    with pytest.raises(ModelNotFoundError, match="x.onnx.json is missing"):
+        models.resolve_voice(cfg, str(tmp_path / "x.onnx"))
+
+
+def test_user_paths_are_checked(tmp_path: Path) -> None:
+    cfg = cfg_with(tmp_path, f"models:\n  asr: {tmp_path}\n  llm: {tmp_path / 'nope.gguf'}\n")
+    with pytest.raises(ModelNotFoundError, match="no model.bin"):
+        models.resolve_asr(cfg)
+    with pytest.raises(ModelNotFoundError, match="not a .gguf file"):
+        models.resolve_llm_source(cfg)
+
+
+def test_missing_package_gives_install_command() -> None:
+    ghost = models.PackagedModel("ghost-model", "ghost_model_pkg", "x", "pip install ghost-model")
+    with pytest.raises(ModelNotFoundError, match="pip install ghost-model"):
+        models.package_dir(ghost)
+
+
+def test_cache_dir_honours_config_and_xdg(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert models.cache_dir(AppConfig()) == tmp_path / "xdg" / "assistant"
+    cfg = cfg_with(tmp_path, "models:\n  cache_dir: mycache\n")
+    assert models.cache_dir(cfg) == tmp_path / "mycache"
+
+
+def test_failed_conversion_leaves_nothing_loadable(tmp_path: Path) -> None:
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"GGUF" + os.urandom(64))
+    cache = tmp_path / "cache"
+    with pytest.raises((UserError, Exception)):
+        convert_gguf(bad, cache, progress=lambda _m: None, show_bar=False)
+    target = converted_dir_for(bad, cache)
+    assert not target.exists()
+    leftovers = [p for p in cache.iterdir() if p.is_dir()]
+    assert leftovers == []  # the temporary directory was removed
+
+
+def test_completed_conversion_is_reused_without_work(tmp_path: Path, llm_dir: Path) -> None:
+    gguf = models.resolve_llm_source(AppConfig())
+    cache = llm_dir.parent
+    calls: list[str] = []
+    assert convert_gguf(gguf, cache, progress=calls.append) == llm_dir
+    assert calls == []  # nothing converted, nothing announced
