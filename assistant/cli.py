@@ -8,6 +8,7 @@ and ``run(args, cfg) -> int``. Their modules keep heavy imports (torch, models) 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import logging
 import os
@@ -79,10 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _error_types() -> tuple[type[BaseException], ...]:
     types: list[type[BaseException]] = [UserError]
     for module_name, attr in (("audio.errors", "AudioError"), ("engine.errors", "EngineError")):
-        try:
+        with contextlib.suppress(ImportError, AttributeError):
             types.append(getattr(importlib.import_module(module_name), attr))
-        except (ImportError, AttributeError):
-            pass
     return tuple(types)
 
 

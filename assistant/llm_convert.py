@@ -89,6 +89,6 @@ def _convert_into(gguf: Path, out: Path, *, show_bar: bool) -> None:
     # model saves (and later loads) as a plain checkpoint.
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    model.hf_quantizer = None
+    model.hf_quantizer = None  # type: ignore[assignment]
     model.save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
