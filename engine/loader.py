@@ -1,0 +1,120 @@
+"""Build a `PagedRunner` (and tokenizer) from a local transformers checkpoint.
+
+Weights come through `transformers` (safetensors directories, or a GGUF file that
+transformers de-quantises), are copied into `engine.model`'s fused layout, and the
+transformers model is dropped. Local paths only: nothing is fetched from a hub.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import EngineError
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedTokenizerBase
+
+    from engine.paged_runner import PagedRunner
+
+__all__ = ["eos_token_ids_for", "load_runner", "resolve_dtype", "runner_from_hf_model"]
+
+# Turn terminators of common chat templates, counted as EOS when the vocabulary has them.
+_END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>")
+
+
+def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device: str = "cpu",
+                dtype: str = "float32", page_size: int = 16, num_pages: int = 1024
+                ) -> tuple[PagedRunner, PreTrainedTokenizerBase]:
+    """Load weights and tokenizer from `model_path` (a directory) and build the runner."""
+    import transformers
+
+    from engine.model_config import ModelConfig
+
+    path = Path(model_path)
+    if not path.is_dir():
+        raise EngineError(f"model directory not found: {path}")
+    if gguf_file is not None and not (path / gguf_file).is_file():
+        raise EngineError(f"GGUF file not found: {path / gguf_file}")
+    torch_dtype = resolve_dtype(dtype)
+    extra: dict[str, Any] = {"local_files_only": True}
+    if gguf_file is not None:
+        extra["gguf_file"] = gguf_file
+    try:
+        hf_config = transformers.AutoConfig.from_pretrained(str(path), **extra)
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"cannot read a model config from {path}: {exc}") from exc
+    ModelConfig.from_hf(hf_config)  # fail on unsupported architectures before loading
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), **extra)
+        hf_model = transformers.AutoModelForCausalLM.from_pretrained(
+            str(path), **extra, **_dtype_kwarg(transformers.__version__, torch_dtype))
+    except (OSError, ValueError) as exc:
+        raise EngineError(f"cannot load the model in {path}: {exc}") from exc
+    eos = eos_token_ids_for(hf_model, tokenizer)
+    runner = runner_from_hf_model(hf_model, device=device, dtype=torch_dtype,
+                                  page_size=page_size, num_pages=num_pages, eos_token_ids=eos)
+    del hf_model  # our copies (or shared storage) live on in the runner
+    return runner, tokenizer
+
+
+def runner_from_hf_model(hf_model: Any, *, device: str = "cpu",
+                         dtype: str | torch.dtype = "float32", page_size: int = 16,
+                         num_pages: int = 1024, eos_token_ids: Sequence[int] | None = None
+                         ) -> PagedRunner:
+    """A runner using the weights of a loaded transformers ``*ForCausalLM``."""
+    from engine.model import weights_from_state_dict
+    from engine.model_config import ModelConfig
+    from engine.paged_runner import PagedRunner
+
+    config = ModelConfig.from_hf(hf_model.config)
+    torch_dtype = resolve_dtype(dtype)
+    weights = weights_from_state_dict(config, hf_model.state_dict(), device=device,
+                                      dtype=torch_dtype)
+    if eos_token_ids is None:
+        eos_token_ids = eos_token_ids_for(hf_model, None)
+    return PagedRunner(config, weights, page_size=page_size, num_pages=num_pages,
+                       eos_token_ids=eos_token_ids, device=device, dtype=torch_dtype)
+
+
+def eos_token_ids_for(hf_model: Any, tokenizer: Any | None) -> tuple[int, ...]:
+    """End-of-sequence ids from the generation config, model config and tokenizer, plus
+    chat end-of-turn tokens (``<|im_end|>``, ``<|eot_id|>``) the vocabulary defines."""
+    found: list[int] = []
+    generation_config = getattr(hf_model, "generation_config", None)
+    for source in (generation_config, getattr(hf_model, "config", None), tokenizer):
+        found.extend(_as_ids(getattr(source, "eos_token_id", None)))
+    if tokenizer is not None:
+        vocab = tokenizer.get_vocab()
+        found.extend(vocab[t] for t in _END_OF_TURN_TOKENS if t in vocab)
+    return tuple(dict.fromkeys(found))
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """``"float32"``/``"fp32"``, ``"bfloat16"``/``"bf16"``, ``"float16"``/``"fp16"``."""
+    import torch
+
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    names = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+             "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+    try:
+        return names[dtype.lower()]
+    except KeyError:
+        raise EngineError(f"unsupported dtype {dtype!r} (use one of {', '.join(names)})") from None
+
+
+def _as_ids(value: int | Iterable[int] | None) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    return [int(v) for v in value]
+
+
+def _dtype_kwarg(version: str, dtype: torch.dtype) -> dict[str, Any]:
+    """transformers renamed ``torch_dtype`` to ``dtype`` in 4.56."""
+    major, minor = (int(part) for part in version.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}

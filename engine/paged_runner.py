@@ -1,0 +1,130 @@
+"""`PagedRunner`: the `ModelRunner` over `engine.model` and a `KVStorage`.
+
+Turns page tables into flat slot indices and masks, runs the model functions under
+`torch.inference_mode`, and hands back float32 CPU logits. No bookkeeping: page ownership,
+refcounts and hashing belong to the cache side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from engine import model
+from engine.errors import EngineError
+from engine.kv_storage import KVStorage
+from engine.model_config import ModelConfig
+from engine.runner import DecodeItem
+
+__all__ = ["PagedRunner"]
+
+
+class PagedRunner:
+    """Implements `engine.runner.ModelRunner` for Llama-family weights."""
+
+    def __init__(self, config: ModelConfig, weights: model.ModelWeights, *, page_size: int,
+                 num_pages: int, eos_token_ids: Sequence[int],
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
+                 ) -> None:
+        self.config = config
+        self.weights = weights
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self.vocab_size = config.vocab_size
+        self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
+        self.kv = KVStorage(num_layers=config.num_layers, num_pages=num_pages,
+                            page_size=page_size, num_kv_heads=config.num_kv_heads,
+                            head_dim=config.head_dim, dtype=dtype, device=self.device)
+
+    @torch.inference_mode()
+    def prefill(self, page_table: Sequence[int], start: int, token_ids: Sequence[int],
+                all_logits: bool = False) -> torch.Tensor:
+        """See `ModelRunner.prefill`: float32 CPU logits ``[T, vocab]`` or ``[1, vocab]``."""
+        count = len(token_ids)
+        if count == 0 or start < 0:
+            raise EngineError(f"prefill needs start >= 0 and tokens, got start={start}, "
+                              f"{count} tokens")
+        end = start + count
+        pages = self._page_tensor([page_table], [end])
+        read = self._slots(pages, end)[0]
+        positions = torch.arange(start, end)
+        keys = torch.arange(end)
+        causal = keys[None, :] <= positions[:, None]
+        window = self.config.sliding_window
+        mask: torch.Tensor | None = causal
+        if window is not None:
+            mask = causal & (keys[None, :] > positions[:, None] - window)
+        elif count == 1:
+            mask = None  # a single query at the last position sees everything
+        dev = self.device
+        logits = model.prefill(
+            self.config, self.weights, self.kv, self._ids(token_ids), positions.to(dev),
+            read[start:].to(dev), read.to(dev), None if mask is None else mask.to(dev),
+            all_logits=all_logits)
+        return logits.to(device="cpu", dtype=torch.float32)
+
+    @torch.inference_mode()
+    def decode(self, items: Sequence[DecodeItem]) -> torch.Tensor:
+        """See `ModelRunner.decode`: float32 CPU logits ``[B, vocab]``."""
+        if not items:
+            raise EngineError("decode needs at least one item")
+        pos_list = [int(item.position) for item in items]
+        if min(pos_list) < 0:
+            raise EngineError(f"decode positions must be >= 0, got {pos_list}")
+        span = max(pos_list) + 1
+        pages = self._page_tensor([item.page_table for item in items],
+                                  [p + 1 for p in pos_list])
+        read = self._slots(pages, span)
+        positions = torch.tensor(pos_list)
+        keys = torch.arange(span)
+        mask = keys[None, :] <= positions[:, None]
+        window = self.config.sliding_window
+        if window is not None:
+            mask &= keys[None, :] > positions[:, None] - window
+        # Padding points at the row's own position-0 slot, so gathered values stay finite.
+        read = torch.where(mask, read, read[:, :1])
+        write = read.gather(1, positions[:, None])[:, 0]
+        uniform = min(pos_list) == span - 1 and (window is None or span <= window)
+        dev = self.device
+        logits = model.decode_one_token(
+            self.config, self.weights, self.kv, self._ids([item.token_id for item in items]),
+            positions.to(dev), write.to(dev), read.to(dev),
+            None if uniform else mask.to(dev))
+        return logits.to(device="cpu", dtype=torch.float32)
+
+    def copy_slots(self, src_page: int, dst_page: int, n_tokens: int) -> None:
+        """Copy K/V of slots [0, n_tokens) from src_page to dst_page, all layers."""
+        with torch.inference_mode():
+            self.kv.copy_slots(src_page, dst_page, n_tokens)
+
+    def _ids(self, token_ids: Sequence[int]) -> torch.Tensor:
+        ids = torch.tensor(list(token_ids), dtype=torch.long)
+        if int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size:
+            raise EngineError(f"token id out of range [0, {self.vocab_size})")
+        return ids.to(self.device)
+
+    def _page_tensor(self, tables: Sequence[Sequence[int]], lengths: Sequence[int]
+                     ) -> torch.Tensor:
+        """``[B, max_pages]`` long: the pages holding positions [0, length) of each row,
+        rows padded with their first page."""
+        size = self.page_size
+        needed = [(n + size - 1) // size for n in lengths]
+        width = max(needed)
+        rows = []
+        for table, n in zip(tables, needed, strict=True):
+            if len(table) < n:
+                raise EngineError(f"page table has {len(table)} pages, positions need {n} "
+                                  f"(page_size {size})")
+            row = [int(p) for p in table[:n]]
+            if min(row) < 0 or max(row) >= self.num_pages:
+                raise EngineError(f"page id out of range [0, {self.num_pages}): {row}")
+            rows.append(row + [row[0]] * (width - n))
+        return torch.tensor(rows, dtype=torch.long)
+
+    def _slots(self, pages: torch.Tensor, span: int) -> torch.Tensor:
+        """``[B, span]`` flat slots of positions 0 .. span-1 for each row's pages."""
+        positions = torch.arange(span)
+        return pages[:, positions // self.page_size] * self.page_size + positions % self.page_size
