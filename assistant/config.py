@@ -70,7 +70,7 @@ class VadConfig(_Section):
     backend: Literal["webrtc", "silero"] = "webrtc"
     aggressiveness: int = Field(2, ge=0, le=3)
     silero_threshold: float = Field(0.5, gt=0.0, lt=1.0)
-    min_speech_ms: int = Field(120, ge=0)
+    min_speech_ms: int = Field(120, gt=0)
     prefix_padding_ms: int = Field(300, ge=0)
     short_pause_ms: int = Field(200, gt=0)
     end_of_turn_ms: int = Field(550, gt=0)
