@@ -1,0 +1,283 @@
+"""Speech recognition with faster-whisper (CTranslate2 Whisper), loaded once.
+
+``Transcriber.transcribe(pcm16k)`` decodes one utterance or file and returns a frozen
+:class:`Transcript` (text, segments and words with millisecond times). Whisper
+hallucinates on silence ("Thank you."), so audio with no energy or no speech is never
+decoded: an RMS floor first, then the silero VAD bundled with faster-whisper. We keep
+``vad_filter=False`` so an utterance that upstream VAD already cut is decoded whole;
+for long files (over one 30 s window) the silero speech regions become
+``clip_timestamps`` so hours of silence are skipped, with times kept on the original
+timeline.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from audio.errors import AudioValueError, ModelLoadError
+
+if TYPE_CHECKING:
+    from faster_whisper import WhisperModel
+
+__all__ = [
+    "ASROptions",
+    "TranscribedWord",
+    "TranscriptSegment",
+    "Transcript",
+    "Transcriber",
+    "SAMPLE_RATE",
+    "rms_dbfs",
+    "as_asr_input",
+]
+
+SAMPLE_RATE = 16_000
+_WINDOW_S = 30.0
+
+
+@dataclass(frozen=True)
+class ASROptions:
+    """Decoder and silence-gate settings."""
+
+    device: str = "cpu"
+    compute_type: str = "int8"
+    cpu_threads: int = 0
+    """0 lets CTranslate2 choose."""
+    beam_size: int = 1
+    language: str | None = "en"
+    temperature: tuple[float, ...] = (0.0,)
+    """Greedy only by default: fallback re-decodes cost latency and add randomness."""
+    word_timestamps: bool = True
+    no_speech_threshold: float = 0.6
+    log_prob_threshold: float = -1.0
+    min_rms_dbfs: float = -60.0
+    """Audio quieter than this (RMS, dB re full scale) is treated as silence."""
+    speech_check: str = "silero"
+    """``"silero"`` (RMS floor then silero VAD), ``"rms"`` (floor only) or ``"none"``."""
+    silero_threshold: float = 0.5
+    min_speech_ms: int = 90
+    """Silero must find at least this much speech for the audio to be decoded."""
+
+    def __post_init__(self) -> None:
+        if self.speech_check not in ("silero", "rms", "none"):
+            raise ValueError(f"speech_check must be silero, rms or none, got {self.speech_check!r}")
+        if self.beam_size < 1 or not self.temperature:
+            raise ValueError("beam_size must be >= 1 and temperature non-empty")
+
+
+@dataclass(frozen=True)
+class TranscribedWord:
+    text: str
+    """The word as Whisper wrote it, stripped (may carry punctuation)."""
+    start_ms: int
+    end_ms: int
+    probability: float
+
+
+@dataclass(frozen=True)
+class TranscriptSegment:
+    text: str
+    start_ms: int
+    end_ms: int
+    words: tuple[TranscribedWord, ...] = ()
+    avg_logprob: float = 0.0
+    no_speech_prob: float = 0.0
+
+
+@dataclass(frozen=True)
+class Transcript:
+    """The text of an utterance or file."""
+
+    text: str
+    segments: tuple[TranscriptSegment, ...] = ()
+    language: str = "en"
+    duration_ms: int = 0
+    """Length of the audio that was given."""
+    speech_found: bool = True
+    """False when the silence gate skipped decoding."""
+    words: tuple[TranscribedWord, ...] = field(default=(), init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "words", tuple(w for s in self.segments for w in s.words))
+
+    @property
+    def empty(self) -> bool:
+        return not self.text.strip()
+
+
+def rms_dbfs(pcm: npt.NDArray[np.float32]) -> float:
+    """RMS level in dB relative to full scale (-inf for digital silence)."""
+    if pcm.size == 0:
+        return float("-inf")
+    rms = float(np.sqrt(np.mean(np.square(pcm, dtype=np.float64))))
+    return 20.0 * float(np.log10(rms)) if rms > 0 else float("-inf")
+
+
+def as_asr_input(pcm: npt.ArrayLike) -> npt.NDArray[np.float32]:
+    """Validate 16 kHz mono audio for Whisper: float32 1-D, finite (int16 is scaled)."""
+    arr = np.asarray(pcm)
+    if arr.ndim != 1:
+        raise AudioValueError(f"ASR input must be mono 1-D audio, got shape {arr.shape}")
+    if arr.dtype == np.int16:
+        arr = arr.astype(np.float32) / 32768.0
+    elif arr.dtype.kind == "f":
+        arr = arr.astype(np.float32, copy=False)
+    else:
+        raise AudioValueError(f"ASR input must be float32 or int16, got {arr.dtype}")
+    if arr.size and not np.isfinite(arr).all():
+        raise AudioValueError("ASR input contains NaN or infinite samples")
+    return np.ascontiguousarray(arr)
+
+
+class Transcriber:
+    """One loaded Whisper model. ``transcribe`` is thread-safe (serialised by a lock)."""
+
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, model_dir: str | Path, options: ASROptions | None = None) -> None:
+        self.model_dir = Path(model_dir)
+        self.options = options if options is not None else ASROptions()
+        self._model = _load_model(self.model_dir, self.options)
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_model(cls, model: WhisperModel, options: ASROptions | None = None) -> Transcriber:
+        """Wrap an already loaded ``faster_whisper.WhisperModel``."""
+        self = cls.__new__(cls)
+        self.model_dir = Path("<preloaded>")
+        self.options = options if options is not None else ASROptions()
+        self._model = model
+        self._lock = threading.Lock()
+        return self
+
+    # -- silence gate ------------------------------------------------------------------
+    def speech_regions(self, pcm16k: npt.NDArray[np.float32]) -> list[tuple[int, int]]:
+        """Speech regions as (start, end) sample pairs, padded (silero VAD)."""
+        from faster_whisper.vad import VadOptions, get_speech_timestamps
+
+        opts = VadOptions(
+            threshold=self.options.silero_threshold,
+            min_speech_duration_ms=self.options.min_speech_ms,
+            min_silence_duration_ms=2000,
+            speech_pad_ms=400,
+        )
+        return [(int(r["start"]), int(r["end"])) for r in get_speech_timestamps(pcm16k, opts)]
+
+    def has_speech(self, pcm16k: npt.ArrayLike) -> bool:
+        """Whether the audio is worth decoding (see ``ASROptions.speech_check``)."""
+        audio = as_asr_input(pcm16k)
+        return self._gate(audio)[0]
+
+    def _gate(self, audio: npt.NDArray[np.float32]) -> tuple[bool, list[tuple[int, int]] | None]:
+        mode = self.options.speech_check
+        if audio.size == 0:
+            return False, None
+        if mode == "none":
+            return True, None
+        if rms_dbfs(audio) < self.options.min_rms_dbfs:
+            return False, None
+        if mode == "rms":
+            return True, None
+        regions = self.speech_regions(audio)
+        return bool(regions), regions
+
+    # -- decoding ----------------------------------------------------------------------
+    def transcribe(
+        self,
+        pcm16k: npt.ArrayLike,
+        *,
+        word_timestamps: bool | None = None,
+        initial_prompt: str | None = None,
+        check_speech: bool = True,
+    ) -> Transcript:
+        """Decode 16 kHz mono audio (float32 in [-1, 1], or int16).
+
+        Returns an empty transcript (``speech_found=False``) for silent audio without
+        running the decoder. ``check_speech=False`` skips the gate (the caller's VAD
+        already found speech).
+        """
+        audio = as_asr_input(pcm16k)
+        duration_ms = int(round(1000 * audio.shape[0] / SAMPLE_RATE))
+        language = self.options.language or "en"
+        regions: list[tuple[int, int]] | None = None
+        if check_speech:
+            found, regions = self._gate(audio)
+            if not found:
+                return Transcript("", (), language, duration_ms, speech_found=False)
+        elif audio.size == 0:
+            return Transcript("", (), language, duration_ms, speech_found=False)
+        clips: list[float] | str = "0"
+        if regions and audio.shape[0] > _WINDOW_S * SAMPLE_RATE:
+            clips = [t / SAMPLE_RATE for r in regions for t in r]
+        words_on = self.options.word_timestamps if word_timestamps is None else word_timestamps
+        o = self.options
+        with self._lock:
+            segments, info = self._model.transcribe(
+                audio,
+                language=o.language,
+                beam_size=o.beam_size,
+                temperature=list(o.temperature),
+                no_speech_threshold=o.no_speech_threshold,
+                log_prob_threshold=o.log_prob_threshold,
+                condition_on_previous_text=False,
+                initial_prompt=initial_prompt,
+                word_timestamps=words_on,
+                vad_filter=False,
+                clip_timestamps=clips,
+            )
+            segs = tuple(_segment(s) for s in segments)
+        segs = tuple(s for s in segs if s.text)
+        text = " ".join(s.text for s in segs).strip()
+        return Transcript(text, segs, str(info.language or language), duration_ms)
+
+
+def _segment(seg: Any) -> TranscriptSegment:
+    words = tuple(
+        TranscribedWord(w.word.strip(), _ms(w.start), _ms(w.end), float(w.probability))
+        for w in (seg.words or ())
+        if w.word.strip()
+    )
+    return TranscriptSegment(
+        text=str(seg.text).strip(),
+        start_ms=_ms(seg.start),
+        end_ms=_ms(seg.end),
+        words=words,
+        avg_logprob=float(seg.avg_logprob),
+        no_speech_prob=float(seg.no_speech_prob),
+    )
+
+
+def _ms(seconds: float) -> int:
+    return int(round(float(seconds) * 1000.0))
+
+
+def _load_model(model_dir: Path, options: ASROptions) -> WhisperModel:
+    if not model_dir.is_dir():
+        raise ModelLoadError(f"{model_dir}: ASR model directory not found")
+    if not (model_dir / "model.bin").is_file():
+        raise ModelLoadError(f"{model_dir}: not a CTranslate2 Whisper model (no model.bin)")
+    try:
+        from faster_whisper import WhisperModel
+    except ImportError as exc:  # pragma: no cover - dependency missing
+        raise ModelLoadError(f"faster-whisper is not installed ({exc})") from None
+    try:
+        return WhisperModel(
+            str(model_dir),
+            device=options.device,
+            compute_type=options.compute_type,
+            cpu_threads=options.cpu_threads,
+            local_files_only=True,
+        )
+    except Exception as exc:  # CTranslate2 raises RuntimeError/ValueError variants
+        raise ModelLoadError(f"{model_dir}: cannot load Whisper model ({type(exc).__name__}: {exc})") from None
+
+
+def words_text(words: Sequence[TranscribedWord]) -> str:
+    """Join words as Whisper would print them."""
+    return " ".join(w.text for w in words).strip()

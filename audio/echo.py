@@ -1,0 +1,301 @@
+"""Echo handling: keep the assistant from hearing (and interrupting) itself.
+
+The far-end reference is exactly what the sink reports as heard (its ``tap``), placed
+on the microphone's timeline by :class:`EchoReference`. Then, by ``mode``:
+
+- ``off``: the mic passes unchanged.
+- ``gate`` (half duplex): while the far end is active, a mic frame passes only if it is
+  ``gate_margin_db`` louder than the loudest far-end frame of the last
+  ``reference_window_ms`` (the window covers the acoustic path's delay); other frames
+  become silence, so neither the VAD nor the ASR hears the echo. A user who talks
+  clearly louder than the playback still gets through (barge-in).
+- ``aec``: acoustic echo cancellation with WebRTC's AEC3 through LiveKit's
+  ``rtc.AudioProcessingModule`` (pip ``livekit``; the native library ships in the
+  wheel and runs offline). It is fed the reference 10 ms at a time
+  (``process_reverse_stream``) before each mic frame (``process_stream``), as the
+  WebRTC APM expects.
+
+Everything here is synchronous and deterministic given its inputs.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from audio.chunk import AudioChunk
+from audio.errors import AudioError, AudioValueError
+from audio.resample import StreamResampler
+
+__all__ = [
+    "EchoMode",
+    "EchoOptions",
+    "EchoReference",
+    "EchoGate",
+    "EchoCanceller",
+    "LiveKitAec",
+    "EchoProcessor",
+    "level_dbfs",
+]
+
+EchoMode = Literal["off", "gate", "aec"]
+_SILENT_DBFS = -120.0
+
+
+def level_dbfs(pcm: npt.NDArray[np.floating[Any]]) -> float:
+    """RMS level of float samples in dB re full scale (``-120`` for silence)."""
+    if pcm.size == 0:
+        return _SILENT_DBFS
+    energy = float(np.mean(np.square(pcm, dtype=np.float64)))
+    return max(_SILENT_DBFS, 10.0 * float(np.log10(energy + 1e-12)))
+
+
+@dataclass(frozen=True)
+class EchoOptions:
+    """Mirrors ``config.yaml``'s ``echo:`` section plus timing details."""
+
+    mode: EchoMode = "gate"
+    gate_margin_db: float = 10.0
+    """During playback, mic frames must be this much louder than the far end to pass."""
+    sample_rate: int = 16000
+    """Hz of the mic audio (and of the reference as stored)."""
+    frame_ms: int = 10
+    """Gate / canceller frame."""
+    reference_window_ms: int = 200
+    """Far-end history compared against each mic frame (covers the echo path delay)."""
+    active_floor_dbfs: float = -60.0
+    """A far end quieter than this counts as not playing."""
+    keep_ms: int = 3000
+    """Reference history kept."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("off", "gate", "aec"):
+            raise AudioValueError(f"echo mode must be off, gate or aec, got {self.mode!r}")
+        if self.frame_ms not in (10, 20, 30) or self.sample_rate <= 0:
+            raise AudioValueError("echo frame_ms must be 10, 20 or 30 and sample_rate positive")
+        if self.keep_ms < self.reference_window_ms + 100:
+            raise AudioValueError("echo keep_ms must exceed reference_window_ms by at least 100 ms")
+
+    @property
+    def frame_samples(self) -> int:
+        return self.sample_rate * self.frame_ms // 1000
+
+
+class EchoReference:
+    """Far-end audio as heard, on the mic's timeline (thread-safe).
+
+    :meth:`push` takes the sink's tap chunks (any rate; ``start_sample`` is clock time at
+    the chunk's rate) and resamples them continuously to ``sample_rate``. soxr's "QQ"
+    (cubic) recipe is used because it has no look-ahead: a reference that lagged the
+    mic by the resampler's delay would be useless to the canceller. Gaps become zeros.
+    """
+
+    def __init__(self, sample_rate: int = 16000, keep_ms: int = 3000) -> None:
+        self.sample_rate = int(sample_rate)
+        self._keep = self.sample_rate * int(keep_ms) // 1000
+        self._lock = threading.Lock()
+        self._buf = np.zeros(0, np.float32)
+        self._buf_start = 0  # mic-timeline sample of _buf[0]
+        self._rs: StreamResampler | None = None
+        self._rs_rate = 0
+        self._rs_next_in = 0  # next expected chunk start (at the chunk rate)
+        self._rs_out = 0  # mic-timeline sample of the resampler's next output
+
+    def push(self, chunk: AudioChunk) -> None:
+        pcm = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
+        if pcm.size == 0:
+            return
+        with self._lock:
+            rate = chunk.sample_rate
+            gap = chunk.start_sample - self._rs_next_in
+            if self._rs is None or rate != self._rs_rate or gap < 0 or gap > rate // 2:
+                self._rs = None if rate == self.sample_rate else StreamResampler(
+                    rate, self.sample_rate, 1, "float32", quality="QQ"
+                )
+                self._rs_rate = rate
+                self._rs_out = chunk.start_sample * self.sample_rate // rate
+            elif gap > 0:
+                pcm = np.concatenate([np.zeros(gap, np.float32), pcm])
+            self._rs_next_in = chunk.end_sample
+            out = pcm if self._rs is None else np.asarray(self._rs.process(pcm), np.float32)
+            self._store(self._rs_out, out)
+            self._rs_out += out.size
+
+    def _store(self, start: int, pcm: npt.NDArray[np.float32]) -> None:
+        end = start + pcm.size
+        if self._buf.size == 0 or start < self._buf_start:
+            if self._buf.size == 0:
+                self._buf_start = start
+            else:  # writing before the kept history: drop what is older than we keep
+                pcm = pcm[max(0, self._buf_start - start) :]
+                start = self._buf_start
+        buf_end = self._buf_start + self._buf.size
+        if end > buf_end:
+            self._buf = np.concatenate([self._buf, np.zeros(end - buf_end, np.float32)])
+        lo = start - self._buf_start
+        self._buf[lo : lo + pcm.size] = pcm
+        if self._buf.size > self._keep:
+            drop = self._buf.size - self._keep
+            self._buf = self._buf[drop:]
+            self._buf_start += drop
+
+    def get(self, start: int, n: int) -> npt.NDArray[np.float32]:
+        """Reference samples ``[start, start + n)``; zeros where nothing was heard."""
+        out = np.zeros(max(0, n), np.float32)
+        with self._lock:
+            lo = max(start, self._buf_start)
+            hi = min(start + n, self._buf_start + self._buf.size)
+            if hi > lo:
+                out[lo - start : hi - start] = self._buf[lo - self._buf_start : hi - self._buf_start]
+        return out
+
+
+class EchoGate:
+    """Half-duplex gate; see the module docstring."""
+
+    def __init__(self, options: EchoOptions, reference: EchoReference) -> None:
+        self.options = options
+        self.reference = reference
+        self.frames_gated = 0
+        """Mic frames replaced by silence because the far end was louder."""
+        self.frames_passed_over_echo = 0
+        """Mic frames let through during playback because they beat the margin."""
+
+    def far_end_dbfs(self, start: int, n: int) -> float:
+        """Loudest far-end frame level over the window that can echo into ``[start, start+n)``."""
+        opts = self.options
+        window = opts.sample_rate * opts.reference_window_ms // 1000
+        ref = self.reference.get(start - window, window + n)
+        f = opts.frame_samples
+        usable = ref.size - ref.size % f
+        if usable == 0:
+            return level_dbfs(ref)
+        energies = np.mean(np.square(ref[:usable].reshape(-1, f), dtype=np.float64), axis=1)
+        return max(_SILENT_DBFS, 10.0 * float(np.log10(float(energies.max()) + 1e-12)))
+
+    def process(self, chunk: AudioChunk) -> AudioChunk:
+        pcm = np.array(chunk.to_mono().to_float32().pcm, np.float32)
+        f = self.options.frame_samples
+        changed = False
+        for lo in range(0, pcm.size, f):
+            frame = pcm[lo : lo + f]
+            far = self.far_end_dbfs(chunk.start_sample + lo, frame.size)
+            if far < self.options.active_floor_dbfs:
+                continue
+            if level_dbfs(frame) >= far + self.options.gate_margin_db:
+                self.frames_passed_over_echo += 1
+                continue
+            frame[:] = 0.0
+            self.frames_gated += 1
+            changed = True
+        if not changed and chunk.channels == 1 and chunk.pcm.dtype == np.float32:
+            return chunk
+        return AudioChunk(pcm, chunk.sample_rate, chunk.start_sample)
+
+
+class EchoCanceller(Protocol):
+    """Removes the echo of ``reference`` from ``mic``; both one 10 ms int16 frame."""
+
+    def process(self, mic: npt.NDArray[np.int16], reference: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]: ...
+
+
+class LiveKitAec:
+    """WebRTC AEC3 via ``livekit.rtc.AudioProcessingModule`` (10 ms int16 frames)."""
+
+    def __init__(self, sample_rate: int, noise_suppression: bool = False) -> None:
+        try:
+            from livekit import rtc
+        except ImportError as exc:
+            raise AudioError(
+                "echo mode 'aec' needs the 'livekit' package (pip install livekit); "
+                "or use echo mode 'gate'"
+            ) from exc
+        self._rtc = rtc
+        self.sample_rate = int(sample_rate)
+        self._frame = self.sample_rate // 100
+        self._apm = rtc.AudioProcessingModule(
+            echo_cancellation=True, noise_suppression=noise_suppression
+        )
+        # Our reference is already placed at the time it was heard: no extra delay.
+        self._apm.set_stream_delay_ms(0)
+
+    def process(self, mic: npt.NDArray[np.int16], reference: npt.NDArray[np.int16]) -> npt.NDArray[np.int16]:
+        n = self._frame
+        if mic.size != n or reference.size != n:
+            raise AudioValueError(f"AEC frames must be {n} samples (10 ms), got {mic.size}/{reference.size}")
+        rtc = self._rtc
+        far = rtc.AudioFrame(reference.astype("<i2").tobytes(), self.sample_rate, 1, n)
+        self._apm.process_reverse_stream(far)
+        near = rtc.AudioFrame(mic.astype("<i2").tobytes(), self.sample_rate, 1, n)
+        self._apm.process_stream(near)
+        return np.frombuffer(bytes(near.data.cast("B")), dtype="<i2").astype(np.int16)
+
+
+def _to_i16(x: npt.NDArray[np.float32]) -> npt.NDArray[np.int16]:
+    return np.clip(np.round(x.astype(np.float64) * 32768.0), -32768, 32767).astype(np.int16)
+
+
+class EchoProcessor:
+    """Applies ``options.mode`` to a stream of mic chunks (mono, ``options.sample_rate``).
+
+    ``off`` and ``gate`` return one chunk per chunk. ``aec`` works in 10 ms frames and
+    holds back a remainder, so an output chunk may be shorter than its input (it always
+    continues the previous output's timeline).
+    """
+
+    def __init__(
+        self,
+        options: EchoOptions,
+        reference: EchoReference | None = None,
+        canceller: EchoCanceller | None = None,
+    ) -> None:
+        self.options = options
+        self.reference = reference if reference is not None else EchoReference(
+            options.sample_rate, options.keep_ms
+        )
+        self.gate = EchoGate(options, self.reference)
+        self._canceller = canceller
+        if options.mode == "aec" and canceller is None:
+            self._canceller = LiveKitAec(options.sample_rate)
+        self._pending = np.zeros(0, np.float32)
+        self._pending_start = 0
+
+    def push_reference(self, chunk: AudioChunk) -> None:
+        """The sink tap: give this to a sink as ``tap=processor.push_reference``."""
+        self.reference.push(chunk)
+
+    def process(self, chunk: AudioChunk) -> AudioChunk:
+        if chunk.sample_rate != self.options.sample_rate:
+            raise AudioValueError(
+                f"echo processing expects {self.options.sample_rate} Hz mic audio, got {chunk.sample_rate} Hz"
+            )
+        if self.options.mode == "off":
+            return chunk
+        if self.options.mode == "gate":
+            return self.gate.process(chunk)
+        return self._cancel(chunk)
+
+    def _cancel(self, chunk: AudioChunk) -> AudioChunk:
+        assert self._canceller is not None
+        pcm = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
+        if self._pending.size == 0 or self._pending_start + self._pending.size != chunk.start_sample:
+            self._pending = pcm
+            self._pending_start = chunk.start_sample
+        else:
+            self._pending = np.concatenate([self._pending, pcm])
+        n = self.options.sample_rate // 100
+        usable = self._pending.size - self._pending.size % n
+        out = np.zeros(usable, np.float32)
+        for lo in range(0, usable, n):
+            t = self._pending_start + lo
+            ref = _to_i16(self.reference.get(t, n))
+            clean = self._canceller.process(_to_i16(self._pending[lo : lo + n]), ref)
+            out[lo : lo + n] = clean.astype(np.float32) / np.float32(32768.0)
+        start = self._pending_start
+        self._pending = self._pending[usable:]
+        self._pending_start += usable
+        return AudioChunk(out, chunk.sample_rate, start)
