@@ -39,13 +39,11 @@ sysdeps:
 	  fi; \
 	fi
 
-DEMO_TEXT ?= Hello! I am your local voice assistant, and you can interrupt me at any time.
-
+# Replays a bundled recorded conversation (tests/data/demo_conversation.wav, made with the
+# packaged voice) through the full stack -- VAD, ASR, engine, TTS -- including a barge-in,
+# prints the conversation and its metrics, and writes demo_out/heard.wav.
 demo: venv sysdeps
-	@mkdir -p out
-	$(VENV)/bin/assistant say "$(DEMO_TEXT)" -o out/demo.wav
-	@echo "said:        $(DEMO_TEXT)"
-	@echo -n "transcribed: "; $(VENV)/bin/assistant transcribe out/demo.wav
+	$(PY) -m assistant.demo
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,149 @@
+"""``assistant talk``: talk to the assistant through the microphone and the speaker."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import Callable
+from typing import IO, Any
+
+from assistant.config import AppConfig
+from assistant.event_log import (
+    Entry,
+    ResponseDoneEntry,
+    SpeculationHitEntry,
+    StateEntry,
+    TranscriptFinalEntry,
+    TranscriptPartialEntry,
+)
+
+__all__ = ["register", "run", "TerminalView", "converse"]
+
+DESCRIPTION = """\
+Live conversation: the microphone feeds VAD and streaming ASR, replies are spoken
+through the speaker, and you can interrupt the assistant at any time (it keeps only
+the words you heard). The terminal shows the current state and the transcripts.
+Use headphones, or keep echo handling on (echo.mode: gate or aec). Ctrl-C exits.
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("talk", help="talk to the assistant (microphone and speaker)",
+                       description=DESCRIPTION,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--input-device", metavar="NAME|INDEX",
+                   help="microphone (default: audio.input_device, else the system default)")
+    p.add_argument("--output-device", metavar="NAME|INDEX",
+                   help="speaker (default: audio.output_device, else the system default)")
+    p.add_argument("--output-gain", type=float, default=-20.0, metavar="DB",
+                   help="playback level relative to the TTS output (default -20 dB)")
+    p.set_defaults(func=run, config_overrides=_overrides)
+
+
+def _overrides(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if args.input_device is not None:
+        out["audio.input_device"] = args.input_device
+    if args.output_device is not None:
+        out["audio.output_device"] = args.output_device
+    return out
+
+
+class TerminalView:
+    """Prints the state and transcripts as the conversation goes (one entry at a time)."""
+
+    def __init__(self, out: IO[str] | None = None) -> None:
+        self.out = out if out is not None else sys.stdout
+        self.state = "listening"
+        self._partial = False
+
+    def __call__(self, entry: Entry) -> None:
+        if isinstance(entry, StateEntry):
+            self.state = entry.state
+            self._status(f"[{entry.state}]")
+        elif isinstance(entry, TranscriptPartialEntry):
+            self._status(f"[{self.state}] you: {entry.text} ...")
+        elif isinstance(entry, TranscriptFinalEntry) and entry.text:
+            self._line(f"you: {entry.text}")
+        elif isinstance(entry, SpeculationHitEntry):
+            self._status(f"[{self.state}] (reply was ready: speculation hit)")
+        elif isinstance(entry, ResponseDoneEntry):
+            cut = "  [interrupted]" if entry.interrupted else ""
+            self._line(f"assistant: {entry.text}{cut}")
+
+    def _status(self, text: str) -> None:
+        self.out.write("\r\x1b[2K" + text[:160])
+        self.out.flush()
+        self._partial = True
+
+    def _line(self, text: str) -> None:
+        prefix = "\r\x1b[2K" if self._partial else ""
+        self.out.write(prefix + text + "\n")
+        self.out.flush()
+        self._partial = False
+
+
+async def converse(pipeline: Any, frames: Any, stop: asyncio.Event,
+                   on_stop: Callable[[], None]) -> None:
+    """Feed ``frames`` (an async iterator) to ``pipeline`` until it ends or ``stop`` is set."""
+    feeder = asyncio.create_task(pipeline.run(frames))
+    stopper = asyncio.create_task(stop.wait())
+    try:
+        done, _ = await asyncio.wait({feeder, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        if feeder in done:
+            feeder.result()  # raise a pipeline failure
+    finally:
+        on_stop()
+        for task in (feeder, stopper):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        await pipeline.aclose()
+
+
+def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from assistant.loop_setup import build_pipeline, echo_options, load_models
+    from assistant.pipeline import PipelineOptions
+    from assistant.replay_run import threaded_frames
+    from audio.clock import DeviceClock
+    from audio.devices import resolve_device
+    from audio.echo import EchoProcessor
+    from audio.sinks import SpeakerSink
+    from audio.sources import MicSource
+
+    # Fail on a missing device before spending seconds on the models.
+    resolve_device(cfg.audio.input_device, "input")
+    resolve_device(cfg.audio.output_device, "output")
+    models = load_models(cfg, progress=lambda m: print(m, file=sys.stderr))
+    view = TerminalView()
+
+    async def main() -> None:
+        rate = cfg.audio.sample_rate
+        clock = DeviceClock(rate)
+        echo = EchoProcessor(echo_options(cfg)) if cfg.echo.mode != "off" else None
+        sink = SpeakerSink(clock, models.synthesizer.sample_rate, cfg.audio.output_device,
+                           cfg.audio.output_buffer_ms,
+                           tap=echo.push_reference if echo is not None else None)
+        mic = MicSource(clock, rate, cfg.audio.frame_ms, cfg.audio.input_device,
+                        cfg.audio.mic_queue_frames)
+        pipeline = build_pipeline(models, cfg, clock=clock, sink=sink, echo=echo, virtual=False,
+                                  on_entry=view, pipeline_options=PipelineOptions(
+                                      output_gain_db=args.output_gain))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(signal.SIGINT, stop.set)
+        print("listening -- speak; Ctrl-C to quit", file=sys.stderr)
+        try:
+            await converse(pipeline, threaded_frames(iter(mic)), stop, mic.close)
+        finally:
+            sink.close()
+            with contextlib.suppress(NotImplementedError):
+                loop.remove_signal_handler(signal.SIGINT)
+
+    asyncio.run(main())
+    print("\nbye", file=sys.stderr)
+    return 0

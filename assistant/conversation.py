@@ -1,0 +1,166 @@
+"""The conversation history, kept as text *and* as the exact token ids in the engine.
+
+Each turn stores the ids it added to the engine's sequence, so the history's token
+count always equals the sequence length, and a new turn only appends: the engine's
+prefix cache then serves every earlier token, and a turn computes only its new tokens.
+
+- A user (or system) turn's ids are what the chat template adds for that message.
+- An assistant reply's ids are the reply header (the template's generation prompt),
+  the ids that were *generated* (never a re-tokenisation of the text), then the
+  template's end-of-turn ids. After a barge-in the generated ids are cut to those
+  fully heard, followed by an optional short marker.
+
+Rendering goes through a :class:`TurnRenderer`, which
+:class:`engine.chat_template.ChatTemplate` satisfies; tests may pass a fake.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["TurnRenderer", "Turn", "Conversation", "INTERRUPTED_MARKER"]
+
+INTERRUPTED_MARKER = " [interrupted by the user]"
+"""Appended (as tokens, before the end of turn) to an interrupted reply when enabled."""
+
+
+class TurnRenderer(Protocol):
+    """Per-message token ids (the shape of :class:`engine.chat_template.ChatTemplate`)."""
+
+    def message_ids(self, history: Sequence[Mapping[str, str]],
+                    message: Mapping[str, str]) -> list[int]:
+        """Ids the template adds for ``message`` after ``history``."""
+        ...
+
+    def generation_prompt_ids(self, history: Sequence[Mapping[str, str]]) -> list[int]:
+        """Ids that open the assistant's reply after ``history``."""
+        ...
+
+    @property
+    def end_of_turn_ids(self) -> tuple[int, ...]:
+        """Ids that close an assistant message after its content."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """Plain text inside a message (used for the interrupted marker)."""
+        ...
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One message of the conversation."""
+
+    role: str
+    """system | user | assistant."""
+    text: str
+    """What was said: for an assistant turn, exactly the words that were played."""
+    token_ids: tuple[int, ...]
+    """The ids this turn added to the engine's sequence."""
+    interrupted: bool = False
+    """An assistant turn cut short by a barge-in."""
+    spoken_ms: int = 0
+    """Assistant audio actually played, in milliseconds."""
+    turn_id: int | None = None
+    """The pipeline turn this message belongs to (user and assistant share one)."""
+    generated_tokens: int = 0
+    """Assistant: tokens generated before any cut (>= kept tokens)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "text": self.text,
+            "interrupted": self.interrupted,
+            "spoken_ms": self.spoken_ms,
+            "turn_id": self.turn_id,
+            "tokens": len(self.token_ids),
+        }
+
+
+class Conversation:
+    """System prompt plus alternating user / assistant turns, with their token ids."""
+
+    def __init__(self, renderer: TurnRenderer, system_prompt: str = "",
+                 *, interrupted_marker: bool = False) -> None:
+        self.renderer = renderer
+        self.interrupted_marker = interrupted_marker
+        self._turns: list[Turn] = []
+        if system_prompt:
+            self.add_message("system", system_prompt)
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        return tuple(self._turns)
+
+    @property
+    def token_ids(self) -> tuple[int, ...]:
+        """Every turn's ids, in order: what the engine's sequence must hold."""
+        return tuple(t for turn in self._turns for t in turn.token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(len(turn.token_ids) for turn in self._turns)
+
+    @property
+    def last(self) -> Turn | None:
+        return self._turns[-1] if self._turns else None
+
+    def messages(self) -> list[dict[str, str]]:
+        """``[{"role", "content"}]`` as a chat template expects (for checks and display)."""
+        return [{"role": t.role, "content": t.text} for t in self._turns]
+
+    def to_json(self) -> list[dict[str, Any]]:
+        return [t.to_json() for t in self._turns]
+
+    # ------------------------------------------------------------------ rendering
+
+    def user_prompt_ids(self, text: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(user message ids, reply header ids) that a user turn with ``text`` adds."""
+        history = self.messages()
+        user = {"role": "user", "content": text}
+        return (tuple(self.renderer.message_ids(history, user)),
+                tuple(self.renderer.generation_prompt_ids([*history, user])))
+
+    def closing_ids(self, *, interrupted: bool) -> tuple[int, ...]:
+        """Ids appended after an assistant turn's kept tokens."""
+        marker = (tuple(self.renderer.encode(INTERRUPTED_MARKER))
+                  if interrupted and self.interrupted_marker else ())
+        return marker + tuple(self.renderer.end_of_turn_ids)
+
+    # ------------------------------------------------------------------ updates
+
+    def add_message(self, role: str, text: str) -> Turn:
+        """Append a whole text message rendered by the template (no reply attached)."""
+        ids = self.renderer.message_ids(self.messages(), {"role": role, "content": text})
+        turn = Turn(role, text, tuple(ids))
+        self._turns.append(turn)
+        return turn
+
+    def add_user(self, text: str, token_ids: Sequence[int], *, turn_id: int | None = None) -> Turn:
+        """Append a user turn whose ids are ``token_ids`` (from :meth:`user_prompt_ids`)."""
+        turn = Turn("user", text, tuple(token_ids), turn_id=turn_id)
+        self._turns.append(turn)
+        return turn
+
+    def add_assistant(self, text: str, header_ids: Sequence[int], kept_ids: Sequence[int], *,
+                      generated_tokens: int, interrupted: bool, spoken_ms: int,
+                      turn_id: int | None = None) -> Turn:
+        """Append a generated reply: header ids, ``kept_ids`` generated ids, closing ids.
+
+        ``text`` must be what was played (the kept ids' text). The turn's ``token_ids``
+        are exactly what the engine's sequence gained for the reply.
+        """
+        ids = tuple(header_ids) + tuple(kept_ids) + self.closing_ids(interrupted=interrupted)
+        turn = Turn("assistant", text, ids, interrupted=interrupted, spoken_ms=spoken_ms,
+                    turn_id=turn_id, generated_tokens=generated_tokens)
+        self._turns.append(turn)
+        return turn
+
+    def pop(self) -> Turn:
+        """Remove the last turn (a user turn whose reply was withdrawn)."""
+        if not self._turns:
+            raise ValueError("the conversation is empty")
+        return self._turns.pop()

@@ -1,0 +1,258 @@
+"""The pipeline's event log: typed entries, one JSON object per line.
+
+Every entry is a frozen dataclass with ``t_ms`` (milliseconds on the pipeline's
+injected clock: the input's timeline in replay) and a ``type`` name from
+:data:`ENTRY_TYPES`; ``to_json`` / :func:`entry_from_json` round-trip exactly (tested),
+so a field can never be declared and silently not written (a wyoming lesson).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+__all__ = [
+    "Entry",
+    "SpeechStartedEntry",
+    "SpeechStoppedEntry",
+    "TranscriptPartialEntry",
+    "TranscriptFinalEntry",
+    "StateEntry",
+    "SpeculationStartedEntry",
+    "SpeculationHitEntry",
+    "SpeculationMissEntry",
+    "SpeculationCancelledEntry",
+    "ResponseStartedEntry",
+    "AudioStartedEntry",
+    "BargeInEntry",
+    "PlaybackStoppedEntry",
+    "TruncatedEntry",
+    "ResponseDoneEntry",
+    "ENTRY_TYPES",
+    "entry_to_json",
+    "entry_from_json",
+    "write_jsonl",
+    "read_jsonl",
+]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """Base of every log entry."""
+
+    type: ClassVar[str] = ""
+    t_ms: int
+    """When it happened, on the pipeline clock."""
+
+
+@dataclass(frozen=True)
+class SpeechStartedEntry(Entry):
+    type: ClassVar[str] = "speech_started"
+
+
+@dataclass(frozen=True)
+class SpeechStoppedEntry(Entry):
+    """The user's turn ended (``t_ms`` is when the end of turn was detected)."""
+
+    type: ClassVar[str] = "speech_stopped"
+    speech_end_ms: int
+    """When the speech itself ended."""
+    discarded: bool = False
+    """True for speech that did not take the turn (a cough or echo during a reply)."""
+
+
+@dataclass(frozen=True)
+class TranscriptPartialEntry(Entry):
+    type: ClassVar[str] = "transcript_partial"
+    text: str
+
+
+@dataclass(frozen=True)
+class TranscriptFinalEntry(Entry):
+    type: ClassVar[str] = "transcript_final"
+    text: str
+
+
+@dataclass(frozen=True)
+class StateEntry(Entry):
+    type: ClassVar[str] = "state"
+    state: str
+    """listening | user_speaking | thinking | speaking."""
+
+
+@dataclass(frozen=True)
+class SpeculationStartedEntry(Entry):
+    type: ClassVar[str] = "speculation_started"
+    spec_id: int
+    text: str
+    """The partial user text speculated on."""
+
+
+@dataclass(frozen=True)
+class SpeculationHitEntry(Entry):
+    type: ClassVar[str] = "speculation_hit"
+    spec_id: int
+    turn_id: int
+    generated_tokens: int
+    """Reply tokens already generated on the fork when it was adopted."""
+    prompt_tokens: int
+    """User-turn prompt tokens the fork had computed (none to compute again)."""
+
+
+@dataclass(frozen=True)
+class SpeculationMissEntry(Entry):
+    type: ClassVar[str] = "speculation_miss"
+    spec_id: int
+    turn_id: int | None
+    """The turn it was checked against; None when a newer speculation replaced it."""
+    spec_text: str
+    final_text: str
+    """The final user text, or the newer partial text that replaced the speculation."""
+    common_prefix_tokens: int
+    """User-turn prompt tokens shared with the final text (reused); 0 when replaced."""
+    reason: str = "final_differs"
+    """final_differs (checked at the end of the turn) | superseded (the transcript grew)."""
+
+
+@dataclass(frozen=True)
+class SpeculationCancelledEntry(Entry):
+    type: ClassVar[str] = "speculation_cancelled"
+    spec_id: int
+
+
+@dataclass(frozen=True)
+class ResponseStartedEntry(Entry):
+    """The user turn is committed and the reply's prompt is in the cache."""
+
+    type: ClassVar[str] = "response_started"
+    turn_id: int
+    user_text: str
+    prompt_tokens: int
+    """Tokens the user turn added to the conversation (message + reply header)."""
+    prompt_tokens_computed: int
+    """Of those, run through the model for this turn (speculative work excluded)."""
+    prompt_tokens_reused: int
+    """Tokens of the whole prompt whose K/V was already cached (history, speculation)."""
+    speculation: str
+    """hit | miss | none."""
+
+
+@dataclass(frozen=True)
+class AudioStartedEntry(Entry):
+    type: ClassVar[str] = "audio_started"
+    turn_id: int
+    speech_end_ms: int
+    """End of the user speech this reply answers (voice-to-voice = t_ms - this)."""
+    endpoint_ms: int
+    """When the end of that turn was detected (endpoint-to-audio = t_ms - this)."""
+
+
+@dataclass(frozen=True)
+class BargeInEntry(Entry):
+    type: ClassVar[str] = "barge_in"
+    turn_id: int
+    played_ms: int
+    """Reply audio played when the barge-in was detected."""
+
+
+@dataclass(frozen=True)
+class PlaybackStoppedEntry(Entry):
+    type: ClassVar[str] = "playback_stopped"
+    turn_id: int
+    played_ms: int
+    """Reply audio played in total."""
+    leaked_ms: int
+    """Audio played after the barge-in was detected."""
+
+
+@dataclass(frozen=True)
+class TruncatedEntry(Entry):
+    type: ClassVar[str] = "truncated"
+    turn_id: int
+    generated_text: str
+    """Everything generated before the cut (the kept text is a word-prefix of it)."""
+    kept_text: str
+    kept_tokens: int
+    """Generated tokens kept in the history and the engine's sequence."""
+    generated_tokens: int
+    """Generated tokens before the cut."""
+    spoken_ms: int
+    sequence_tokens: int
+    """Engine sequence length after truncating and closing the turn."""
+
+
+@dataclass(frozen=True)
+class ResponseDoneEntry(Entry):
+    type: ClassVar[str] = "response_done"
+    turn_id: int
+    text: str
+    """The text kept in the history (all of it, or what was heard)."""
+    generated_tokens: int
+    interrupted: bool
+    spoken_ms: int
+
+
+ENTRY_TYPES: dict[str, type[Entry]] = {
+    cls.type: cls
+    for cls in (
+        SpeechStartedEntry,
+        SpeechStoppedEntry,
+        TranscriptPartialEntry,
+        TranscriptFinalEntry,
+        StateEntry,
+        SpeculationStartedEntry,
+        SpeculationHitEntry,
+        SpeculationMissEntry,
+        SpeculationCancelledEntry,
+        ResponseStartedEntry,
+        AudioStartedEntry,
+        BargeInEntry,
+        PlaybackStoppedEntry,
+        TruncatedEntry,
+        ResponseDoneEntry,
+    )
+}
+"""Every entry class by its ``type`` name."""
+
+
+def entry_to_json(entry: Entry) -> dict[str, Any]:
+    """``{"t_ms": ..., "type": ..., <fields>}`` (JSON-ready)."""
+    out: dict[str, Any] = {"t_ms": entry.t_ms, "type": entry.type}
+    for f in dataclasses.fields(entry):
+        if f.name != "t_ms":
+            out[f.name] = getattr(entry, f.name)
+    return out
+
+
+def entry_from_json(obj: dict[str, Any]) -> Entry:
+    """Inverse of :func:`entry_to_json`; raises ``ValueError`` on an unknown type or field."""
+    kind = obj.get("type")
+    cls = ENTRY_TYPES.get(str(kind))
+    if cls is None:
+        raise ValueError(f"unknown event type {kind!r}")
+    fields = {k: v for k, v in obj.items() if k != "type"}
+    try:
+        return cls(**fields)
+    except TypeError as exc:
+        raise ValueError(f"bad fields for event type {kind!r}: {exc}") from exc
+
+
+def write_jsonl(entries: Iterable[Entry], out: Path | IO[str]) -> None:
+    """Write entries, one JSON object per line."""
+    lines = "".join(json.dumps(entry_to_json(e), ensure_ascii=False) + "\n" for e in entries)
+    if isinstance(out, Path):
+        out.write_text(lines, encoding="utf-8")
+    else:
+        out.write(lines)
+
+
+def read_jsonl(path: Path) -> Iterator[Entry]:
+    """Read entries written by :func:`write_jsonl`."""
+    with path.open(encoding="utf-8") as fh:
+        for line in fh:
+            if line.strip():
+                yield entry_from_json(json.loads(line))

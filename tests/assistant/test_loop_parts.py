@@ -1,0 +1,231 @@
+"""Small parts of the live loop: the event log codec, metrics, playback arithmetic,
+the reply voice's reuse of a pre-synthesised clause, and worker priorities."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import threading
+import typing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from assistant import event_log as log
+from assistant.metrics import compute_metrics, percentile
+from assistant.playback import ReplyPlayback
+from assistant.voice import ReplyVoice, premade_clause
+from assistant.workers import Worker, WorkerFailed
+from audio.clock import VirtualClock
+from audio.sinks import NullSink
+from tests.replay.fakes import ToneSynthesizer
+
+
+def _example(cls: type[log.Entry]) -> log.Entry:
+    values: dict[str, object] = {}
+    hints = typing.get_type_hints(cls)
+    for i, f in enumerate(dataclasses.fields(cls)):
+        hint = hints[f.name]
+        if hint is bool:
+            values[f.name] = True
+        elif hint is str:
+            values[f.name] = f"text {i} \u00e9"
+        else:  # ints, and int | None
+            values[f.name] = 10 + i
+    return cls(**values)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("cls", list(log.ENTRY_TYPES.values()), ids=list(log.ENTRY_TYPES))
+def test_every_entry_round_trips_through_jsonl(cls: type[log.Entry], tmp_path: Path) -> None:
+    entry = _example(cls)
+    obj = log.entry_to_json(entry)
+    assert obj["type"] == cls.type and obj["t_ms"] == entry.t_ms
+    assert set(obj) == {"type"} | {f.name for f in dataclasses.fields(cls)}
+    path = tmp_path / "events.jsonl"
+    log.write_jsonl([entry, entry], path)
+    assert list(log.read_jsonl(path)) == [entry, entry]
+
+
+def test_required_event_types_exist_and_bad_lines_are_rejected() -> None:
+    required = {"speech_started", "speech_stopped", "transcript_partial", "transcript_final",
+                "speculation_started", "speculation_hit", "speculation_miss",
+                "response_started", "audio_started", "barge_in", "playback_stopped",
+                "truncated", "response_done"}
+    assert required <= set(log.ENTRY_TYPES)
+    with pytest.raises(ValueError):
+        log.entry_from_json({"type": "nope", "t_ms": 1})
+    with pytest.raises(ValueError):
+        log.entry_from_json({"type": "speech_started", "t_ms": 1, "extra": 2})
+    buf = io.StringIO()
+    log.write_jsonl([log.SpeechStartedEntry(5)], buf)
+    assert buf.getvalue() == '{"t_ms": 5, "type": "speech_started"}\n'
+
+
+def test_metrics_fold_the_log() -> None:
+    entries: list[log.Entry] = [
+        log.ResponseStartedEntry(1000, 1, "hi", 10, 0, 40, "hit"),
+        log.SpeculationHitEntry(1000, 1, 1, 5, 10),
+        log.AudioStartedEntry(1100, 1, speech_end_ms=450, endpoint_ms=1000),
+        log.ResponseDoneEntry(3000, 1, "hello", 7, False, 1900),
+        log.SpeculationMissEntry(3500, 2, None, "a", "a b", 0, reason="superseded"),
+        log.ResponseStartedEntry(4000, 2, "a b", 8, 8, 50, "none"),
+        log.AudioStartedEntry(4700, 2, speech_end_ms=3400, endpoint_ms=4000),
+        log.BargeInEntry(5000, 2, 300),
+        log.PlaybackStoppedEntry(5015, 2, 315, 15),
+        log.ResponseDoneEntry(5015, 2, "ok", 9, True, 315),
+    ]
+    m = compute_metrics(entries, sequence_tokens=90, history_tokens=90)
+    assert m.voice_to_voice_ms == (650, 1300)
+    assert m.endpoint_to_audio_ms == (100, 700)
+    assert m.barge_in_stop_ms == (15,) and m.leaked_audio_ms == (15,)
+    assert m.speculation_hits == 1 and m.speculation_misses == 1
+    assert m.speculation_hit_rate == 0.5
+    assert [t.interrupted for t in m.turns] == [False, True]
+    assert m.turns[1].prompt_tokens_computed == 8
+    assert m.sequence_matches_history
+    js = m.to_json()
+    assert js["voice_to_voice_ms_p50"] == 975.0 and js["sequence_matches_history"] is True
+    assert not compute_metrics([], sequence_tokens=3, history_tokens=4).sequence_matches_history
+
+
+def test_percentile_interpolates() -> None:
+    assert percentile([], 50) is None
+    assert percentile([5], 95) == 5.0
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([0, 100], 95) == 95.0
+
+
+def _chunk(synth: ToneSynthesizer, text: str, start: int = 0, char_start: int = 0):  # type: ignore[no-untyped-def]
+    chunk = synth.synthesize_span(text, turn_id=1, char_start=char_start, start_sample=start)
+    assert chunk is not None
+    return chunk
+
+
+def test_playback_tracks_its_own_span_and_barge_in_arithmetic() -> None:
+    clock = VirtualClock(16000)
+    sink = NullSink(clock, 16000)
+    synth = ToneSynthesizer(word_ms=100)
+    # Earlier audio on the same sink: the reply's positions start after it.
+    from audio.chunk import AudioChunk
+    sink.write(AudioChunk(np.zeros(1600, np.float32), 16000))
+    clock.advance(1600)
+    pb = ReplyPlayback(turn_id=1, tts_rate=16000, speech_end_ms=0, endpoint_ms=0)
+    assert pb.write(sink, _chunk(synth, "one two three"), now_ms=100) is True
+    assert pb.write(sink, _chunk(synth, " four five", 4800, 13), now_ms=100) is False
+    assert pb.audio_started_ms == 100 and pb.start_pos == 1600
+    assert pb.total_ms(sink) == 500
+    clock.advance(16 * 250)  # 250 ms of the reply played
+    assert pb.heard_sink_samples(sink) == 4000
+    assert not pb.finished(sink)
+    # Detected 20 ms ago (e.g. one frame of processing lag): 20 ms leaked.
+    report = pb.stop(sink, detected_ms=330, now_ms=350)
+    assert report.heard_samples == 4000 and report.heard_ms == 250
+    assert report.played_at_detection_ms == 230 and report.leaked_ms == 20
+    assert report.stopped_at_ms == 350
+    clock.advance(16000)
+    assert sink.played_samples == 1600 + 4000  # nothing more was played
+    pb2 = ReplyPlayback(turn_id=2, tts_rate=16000, speech_end_ms=0, endpoint_ms=0)
+    assert not pb2.finished(sink)
+    pb2.tts_done = True
+    assert pb2.finished(sink)  # no audio at all: done at once
+
+
+def test_reply_voice_reuses_a_matching_premade_clause() -> None:
+    synth = ToneSynthesizer()
+    text = "Sure, here it is. And more text follows."
+    clause = premade_clause(text, 6)
+    assert clause is not None and clause.char_start == 0
+    premade = synth.synthesize_span(clause.text, turn_id=0)
+    assert premade is not None
+    synth.spans.clear()
+    v = ReplyVoice(synth, turn_id=9, min_clause_chars=6, premade=[premade])
+    chunks = [c for piece in (text[:7], text[7:20], text[20:]) for c in v.feed(piece)]
+    chunks += v.finish()
+    assert v.reused == 1 and clause.text not in synth.spans
+    assert chunks[0].turn_id == 9 and chunks[0].start_sample == 0
+    assert [c.start_sample for c in chunks[1:]] == [c.end_sample for c in chunks[:-1]]
+    assert "".join(c.text for c in chunks) == text
+    assert chunks[0].text == clause.text and len(chunks) == 2
+    assert [c.word_index for c in chunks] == [0, len(chunks[0].words)]
+    v.cancel()
+    assert v.feed("more. ") == [] and v.finish() == []
+
+
+def test_reply_voice_ignores_a_premade_clause_that_does_not_match() -> None:
+    synth = ToneSynthesizer()
+    other = synth.synthesize_span("Something else, entirely.", turn_id=0)
+    assert other is not None
+    synth.spans.clear()
+    v = ReplyVoice(synth, turn_id=1, min_clause_chars=6, premade=[other])
+    v.feed("Hello there, friend. ")
+    v.finish()
+    assert v.reused == 0 and synth.spans
+
+
+class _Recorder(Worker):
+    def __init__(self, post: typing.Callable[[object], None]) -> None:
+        self.order: list[str] = []
+        self.gate = threading.Event()
+        self.background = 0
+        super().__init__("recorder", post)
+
+    def has_background_work(self) -> bool:
+        return self.background > 0
+
+    def background_step(self) -> None:
+        self.order.append("bg")
+        self.background -= 1
+
+
+def test_worker_serves_control_first_and_reports_idle_and_failures() -> None:
+    posted: list[object] = []
+    w = _Recorder(posted.append)
+    try:
+        def hold() -> None:
+            w.gate.wait(5)
+        w.submit(hold)  # hold the thread while we queue
+        for name, prio in (("low", "low"), ("normal", "normal"), ("control", "control")):
+            w.submit(lambda n=name: w.order.append(n), priority=prio)  # type: ignore[misc]
+        w.background = 2
+        idle = w.idle()
+        assert not idle.done()
+        w.gate.set()
+        idle.result(timeout=5)
+        assert w.order == ["control", "normal", "low", "bg", "bg"]
+
+        def boom() -> None:
+            raise RuntimeError("bad")
+        w.submit(boom)
+        w.idle().result(timeout=5)
+        assert isinstance(posted[-1], WorkerFailed) and str(posted[-1].error) == "bad"
+    finally:
+        w.close()
+    assert w.idle().done()
+
+
+def test_a_withdrawal_that_overtakes_its_turn_start_leaves_the_history_intact() -> None:
+    from assistant.model_workers import EngineWorker, TurnWithdrawn
+    from tests.replay.fakes import scripted_dialogue
+
+    posted: list[object] = []
+    dialogue = scripted_dialogue()
+    before = dialogue.sequence.tokens
+    w = EngineWorker(dialogue, posted.append)
+    gate = threading.Event()
+    try:
+        def hold() -> None:
+            gate.wait(5)
+        w.submit(hold)
+        w.speculate(1, "hello")  # low priority: still queued when the start is dropped
+        w.start_turn(1, "hello", 1)
+        w.withdraw_turn(1)  # control: runs before the start it cancels
+        gate.set()
+        w.idle().result(timeout=10)
+        assert not any(isinstance(p, WorkerFailed) for p in posted)
+        assert any(isinstance(p, TurnWithdrawn) for p in posted)
+        assert dialogue.in_sync() and dialogue.sequence.tokens == before
+        assert dialogue.live_turn_id is None
+    finally:
+        w.close()
+    assert len(dialogue.engine.sequences()) == 0  # closed: every sequence released

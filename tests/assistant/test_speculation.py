@@ -1,0 +1,244 @@
+"""Dialogue turns, barge-in truncation and speculation on the real engine over a fake model.
+
+The fake runner (tests/engine/fake_runner.py) computes deterministic logits from the ids
+read back through the page tables, so a wrong cache state changes the output; here a
+script forces the reply to depend on the user's words: ``You said <words>. Fine, thanks!``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from assistant.dialogue import Dialogue, DialogueOptions, ReplyDelta, SpeculationDrafted
+from assistant.speculation import common_prefix_len, resolve
+from engine.chat_template import ChatTemplate, Message
+from tests.engine.fake_runner import ByteTokenizer, FakeRunner, assert_cache_matches, make_engine
+
+START, END = "<|im_start|>", "<|im_end|>"
+
+
+def chatml(messages: Sequence[Message], add_generation_prompt: bool) -> str:
+    text = "".join(f"{START}{m['role']}\n{m['content']}{END}\n" for m in messages)
+    return text + (f"{START}assistant\n" if add_generation_prompt else "")
+
+
+def scripted_reply(user: str) -> str:
+    return f"You said {user.strip().rstrip('?.!')}. Fine, thanks for asking!"
+
+
+class Harness:
+    def __init__(self, *, marker: bool = False, spec_tokens: int = 24) -> None:
+        self.tok = ByteTokenizer(merges=["assistant", "user"], specials=[START, END])
+        start_id = self.tok.special_ids[START]
+        end_id = self.tok.special_ids[END]
+        header = [start_id, *self.tok.encode("assistant\n")]
+        user_head = [start_id, *self.tok.encode("user\n")]
+
+        def next_token(ctx: tuple[int, ...]) -> int | None:
+            # Reply position: after the last assistant header.
+            for i in range(len(ctx) - len(header), -1, -1):
+                if list(ctx[i:i + len(header)]) == header:
+                    break
+            else:
+                return None
+            for j in range(i - 1, -1, -1):
+                if list(ctx[j:j + len(user_head)]) == user_head:
+                    break
+            user_ids = list(ctx[j + len(user_head):i])
+            user = self.tok.decode([t for t in user_ids if t < 256])
+            target = self.tok.encode(scripted_reply(user))
+            done = list(ctx[i + len(header):])
+            if done == target[: len(done)] and len(done) < len(target):
+                return target[len(done)]
+            return end_id
+
+        self.engine, self.runner = make_engine(
+            page_size=4, num_pages=512, vocab_size=self.tok.vocab_size,
+            eos_token_ids=(end_id,), next_token=next_token, tokenizer=self.tok)
+        self.template = ChatTemplate(self.tok, render=chatml)
+        self.dialogue = Dialogue(self.engine, self.template, DialogueOptions(
+            system_prompt="Be brief.", max_new_tokens=200, speculation_max_tokens=spec_tokens,
+            min_clause_chars=6, interrupted_marker=marker))
+
+    def run(self, max_steps: int = 1000) -> list[ReplyDelta | SpeculationDrafted]:
+        out: list[ReplyDelta | SpeculationDrafted] = []
+        for _ in range(max_steps):
+            out += self.dialogue.step()
+            assert_cache_matches(self.engine, self.runner)
+            if not self.dialogue.has_work():
+                out += self.dialogue.step()
+                return out
+        raise AssertionError("engine never went idle")
+
+    def reply_of(self, out: list[ReplyDelta | SpeculationDrafted], turn_id: int) -> str:
+        return "".join(o.text for o in out if isinstance(o, ReplyDelta) and o.turn_id == turn_id)
+
+    def history_ok(self) -> None:
+        d = self.dialogue
+        assert d.in_sync()
+        assert len(d.sequence) == d.conversation.num_tokens
+        marker = " [interrupted by the user]" if d.conversation.interrupted_marker else ""
+        rendered = [{"role": t.role, "content": t.text + (marker if t.interrupted else "")}
+                    for t in d.conversation.turns]
+        assert self.tok.decode(list(d.sequence.tokens)) == chatml(rendered, False)
+
+
+def prefill_tokens(runner: FakeRunner) -> int:
+    return runner.prefill_tokens
+
+
+def test_turn_computes_only_new_tokens_and_keeps_the_whole_reply() -> None:
+    h = Harness()
+    d = h.dialogue
+    start = d.start_turn(1, "hello there", None)
+    assert start.speculation == "none"
+    assert start.prompt_tokens_computed == start.prompt_tokens
+    out = h.run()
+    assert h.reply_of(out, 1) == scripted_reply("hello there")
+    assert [o.done for o in out if isinstance(o, ReplyDelta)][-1]
+    closed = d.finish_turn(1, spoken_ms=1234)
+    assert closed.turn.text == scripted_reply("hello there") and not closed.turn.interrupted
+    assert closed.sequence_tokens == d.conversation.num_tokens
+    h.history_ok()
+    # Turn 2: every earlier token is reused, only the new user message + header computed.
+    start2 = d.start_turn(2, "and you", None)
+    assert start2.prompt_tokens_computed == start2.prompt_tokens
+    assert start2.prompt_tokens_reused == len(d.sequence) - start2.prompt_tokens
+    h.run()
+    d.finish_turn(2, spoken_ms=10)
+    h.history_ok()
+
+
+@pytest.mark.parametrize("marker", [False, True])
+def test_barge_in_keeps_heard_words_in_history_and_cache(marker: bool) -> None:
+    h = Harness(marker=marker)
+    d = h.dialogue
+    d.start_turn(1, "tell me", None)
+    out = h.run()
+    full = h.reply_of(out, 1)
+    heard = full.index(" Fine")  # heard through "me." -> word end excludes the period
+    heard_word_end = full.index("me.") + 2
+    assert heard_word_end < heard
+    closed = d.cut_turn(1, heard_chars=heard_word_end, spoken_ms=800)
+    turn = closed.turn
+    assert turn.interrupted and turn.spoken_ms == 800
+    assert turn.text == full[:heard_word_end]
+    assert closed.kept_tokens == len(h.tok.encode(full[:heard_word_end]))
+    assert closed.generated_tokens > closed.kept_tokens
+    marker_text = " [interrupted by the user]" if marker else ""
+    assert h.tok.decode(list(turn.token_ids)).endswith(full[:heard_word_end] + marker_text + END + "\n")
+    h.history_ok()
+    assert_cache_matches(h.engine, h.runner)
+    # The next turn computes only its own ids.
+    before = prefill_tokens(h.runner)
+    start = d.start_turn(2, "go on", None)
+    assert start.prompt_tokens_computed == start.prompt_tokens
+    assert prefill_tokens(h.runner) - before == start.prompt_tokens
+    h.run()
+    d.finish_turn(2, spoken_ms=0)
+    h.history_ok()
+
+
+def test_barge_in_while_still_generating_cuts_within_written_tokens() -> None:
+    h = Harness()
+    d = h.dialogue
+    d.start_turn(1, "tell me", None)
+    text = ""
+    for _ in range(12):
+        for o in d.step():
+            if isinstance(o, ReplyDelta):
+                text += o.text
+    assert d.has_work() and len(text) < len(scripted_reply("tell me"))
+    closed = d.cut_turn(1, heard_chars=len(text), spoken_ms=300)
+    assert not d.has_work()
+    assert closed.turn.text == text[: len(closed.turn.text)]
+    assert closed.kept_tokens <= closed.generated_tokens
+    h.history_ok()
+
+
+def test_withdrawn_turn_leaves_no_trace() -> None:
+    h = Harness()
+    d = h.dialogue
+    before = d.sequence.tokens
+    d.start_turn(1, "wait", None)
+    d.step()
+    d.withdraw_turn(1)
+    assert d.sequence.tokens == before
+    assert [t.role for t in d.conversation.turns] == ["system"]
+    h.history_ok()
+
+
+def test_speculation_hit_adopts_the_fork_without_computing_the_prompt() -> None:
+    h = Harness()
+    d = h.dialogue
+    d.speculate(7, "what time is it")
+    out = h.run()
+    drafted = [o for o in out if isinstance(o, SpeculationDrafted)]
+    assert drafted and drafted[0].spec_id == 7
+    assert scripted_reply("what time is it").startswith(drafted[0].text.rstrip())
+    before = prefill_tokens(h.runner)
+    start = d.start_turn(1, "what time is it", 7)
+    assert start.speculation == "hit" and start.spec_id == 7
+    assert start.prompt_tokens_computed == 0
+    assert start.drafted_tokens > 0
+    assert start.prompt_tokens_reused == len(d.sequence) - start.drafted_tokens
+    out = h.run()
+    # Nothing prefilled but the closing end-of-turn ids: the reply just went on.
+    assert prefill_tokens(h.runner) - before == len(h.template.end_of_turn_ids)
+    deltas = [o for o in out if isinstance(o, ReplyDelta)]
+    assert h.reply_of(out, 1) == scripted_reply("what time is it")
+    assert deltas[-1].done
+    d.finish_turn(1, spoken_ms=100)
+    h.history_ok()
+
+
+def test_speculation_miss_prefills_only_what_differs() -> None:
+    h = Harness()
+    d = h.dialogue
+    d.speculate(1, "what time")
+    h.run()
+    start = d.start_turn(1, "what time is it in Paris", 1)
+    assert start.speculation == "miss"
+    assert 0 < start.common_prefix_tokens < start.prompt_tokens
+    assert start.prompt_tokens_computed == start.prompt_tokens - start.common_prefix_tokens
+    out = h.run()
+    # The answer addresses the full utterance, not the speculated one.
+    assert h.reply_of(out, 1) == scripted_reply("what time is it in Paris")
+    d.finish_turn(1, spoken_ms=100)
+    h.history_ok()
+
+
+def test_a_newer_speculation_replaces_and_cancelled_ones_release_pages() -> None:
+    h = Harness(spec_tokens=4)
+    d = h.dialogue
+    d.speculate(1, "what")
+    d.speculate(2, "what time")
+    h.run()
+    d.cancel_speculation(1)
+    d.cancel_speculation(1)  # idempotent
+    assert len(h.engine.sequences()) == 2  # live + speculation 2
+    d.cancel_speculation(2)
+    assert len(h.engine.sequences()) == 1
+    h.history_ok()
+
+
+def test_hit_while_the_draft_is_still_running() -> None:
+    h = Harness()
+    d = h.dialogue
+    d.speculate(3, "hello")
+    d.step()  # prompt prefilled, first token sampled; the draft is unfinished
+    start = d.start_turn(1, "hello", 3)
+    assert start.speculation == "hit" and start.prompt_tokens_computed == 0
+    out = h.run()
+    assert h.reply_of(out, 1) == scripted_reply("hello")
+    d.finish_turn(1, spoken_ms=1)
+    h.history_ok()
+
+
+def test_resolve_and_common_prefix() -> None:
+    assert common_prefix_len([1, 2, 3], [1, 2, 4, 5]) == 2
+    assert resolve([1, 2], [1, 2]).hit
+    r = resolve([1, 2], [1, 2, 3])
+    assert not r.hit and r.common_prefix_tokens == 2

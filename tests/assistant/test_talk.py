@@ -1,0 +1,75 @@
+"""``assistant talk`` without sound hardware: the terminal view and the clean shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator
+
+import pytest
+
+from assistant import event_log as log
+from assistant.cli import main
+from assistant.commands.talk import TerminalView, converse
+
+
+def test_terminal_view_shows_state_and_transcripts() -> None:
+    out = io.StringIO()
+    view = TerminalView(out)
+    for entry in (log.StateEntry(0, "user_speaking"), log.TranscriptPartialEntry(5, "what is"),
+                  log.TranscriptFinalEntry(9, "what is it"), log.StateEntry(10, "speaking"),
+                  log.ResponseDoneEntry(20, 1, "It is late.", 5, True, 900)):
+        view(entry)
+    text = out.getvalue()
+    assert "[user_speaking] you: what is ..." in text
+    assert "you: what is it\n" in text
+    assert "assistant: It is late.  [interrupted]\n" in text
+    assert view.state == "speaking"
+
+
+class FakePipeline:
+    def __init__(self) -> None:
+        self.frames = 0
+        self.closed = False
+
+    async def run(self, frames: AsyncIterator[int]) -> None:
+        async for _ in frames:
+            self.frames += 1
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def test_ctrl_c_stops_the_mic_and_closes_the_pipeline() -> None:
+    stopped: list[bool] = []
+
+    async def endless() -> AsyncIterator[int]:
+        while True:
+            await asyncio.sleep(0.001)
+            yield 1
+
+    async def scenario() -> FakePipeline:
+        pipeline = FakePipeline()
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.05, stop.set)  # what SIGINT does
+        await converse(pipeline, endless(), stop, lambda: stopped.append(True))
+        return pipeline
+
+    pipeline = asyncio.run(scenario())
+    assert pipeline.closed and stopped == [True] and pipeline.frames > 0
+
+
+def test_talk_without_audio_devices_is_a_clear_error(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from audio.devices import list_devices
+    from audio.errors import DeviceError
+
+    try:
+        has_mic = any(d.max_input_channels > 0 for d in list_devices())
+    except DeviceError:
+        has_mic = False  # no PortAudio at all: talk must say so, too
+    if has_mic:
+        pytest.skip("this machine has a microphone; talk would start listening")
+    assert main(["talk"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err

@@ -1,0 +1,138 @@
+"""Model stand-ins for hermetic pipeline tests: no Whisper, no Piper, no LLM weights.
+
+- :class:`ToneClassifier`: VAD frame classifier that calls any loud frame speech.
+- :class:`CountingTranscriber`: "transcribes" an utterance as one code word per 100 ms
+  of loud audio, so the same audio always gives the same text and more speech gives a
+  longer text (a speculation on a pause misses, one on the whole utterance hits).
+- :class:`ToneSynthesizer`: speaks each word as ``word_ms`` of tone with exact word
+  timings, so the words heard at a barge-in are known to the sample.
+- :func:`scripted_dialogue`: the real engine over the fake runner, replying
+  ``You said <words>. Fine, thanks for asking!``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from assistant.dialogue import Dialogue, DialogueOptions
+from audio.word_timing import TTSChunk, WordTiming, split_words
+from engine.chat_template import ChatTemplate, Message
+from tests.engine.fake_runner import ByteTokenizer, make_engine
+
+RATE = 16_000
+CODE_WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
+              "india", "juliet", "kilo", "lima", "mike", "november", "oscar", "papa",
+              "quebec", "romeo", "sierra", "tango")
+START, END = "<|im_start|>", "<|im_end|>"
+
+
+class ToneClassifier:
+    def is_speech(self, frame: npt.NDArray[np.float32]) -> bool:
+        return float(np.sqrt(np.mean(frame.astype(np.float64) ** 2))) > 0.01
+
+    def reset(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class _Text:
+    text: str
+    words: tuple[object, ...] = ()
+
+
+class CountingTranscriber:
+    sample_rate = RATE
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def transcribe(self, pcm: npt.NDArray[np.float32], **_: object) -> _Text:
+        self.calls += 1
+        block = RATE // 10
+        n = pcm.size // block
+        loud = sum(1 for i in range(n)
+                   if np.sqrt(np.mean(pcm[i * block:(i + 1) * block] ** 2)) > 0.01)
+        return _Text(" ".join(CODE_WORDS[i % len(CODE_WORDS)] for i in range(loud)))
+
+
+class ToneSynthesizer:
+    sample_rate = RATE
+
+    def __init__(self, word_ms: int = 150, amplitude: float = 0.05) -> None:
+        self.word = RATE * word_ms // 1000
+        self.amplitude = amplitude
+        self.spans: list[str] = []
+
+    def synthesize_span(self, text: str, *, turn_id: int = 0, char_start: int = 0,
+                        start_sample: int = 0, word_index: int = 0,
+                        token_start: int | None = None,
+                        token_end: int | None = None) -> TTSChunk | None:
+        words = split_words(text)
+        if not words:
+            return None
+        self.spans.append(text)
+        n = self.word * len(words)
+        t = np.arange(n) / RATE
+        pcm = (np.sin(2 * np.pi * 440 * t) * self.amplitude * 32767).astype(np.int16)
+        timings = tuple(WordTiming(w.word, w.char_start + char_start, w.char_end + char_start,
+                                   i * self.word, (i + 1) * self.word)
+                        for i, w in enumerate(words))
+        return TTSChunk(turn_id=turn_id, pcm=pcm, sample_rate=RATE, text=text,
+                        char_start=char_start, char_end=char_start + len(text), words=timings,
+                        start_sample=start_sample, token_start=token_start,
+                        token_end=token_end, word_index=word_index)
+
+
+def scripted_reply(user: str) -> str:
+    return f"You said {user.strip()}. Fine, thanks for asking!"
+
+
+def chatml(messages: Sequence[Message], add_generation_prompt: bool) -> str:
+    text = "".join(f"{START}{m['role']}\n{m['content']}{END}\n" for m in messages)
+    return text + (f"{START}assistant\n" if add_generation_prompt else "")
+
+
+def scripted_dialogue(**options: object) -> Dialogue:
+    tok = ByteTokenizer(merges=["assistant", "user"], specials=[START, END])
+    start_id, end_id = tok.special_ids[START], tok.special_ids[END]
+    header = [start_id, *tok.encode("assistant\n")]
+    user_head = [start_id, *tok.encode("user\n")]
+
+    def next_token(ctx: tuple[int, ...]) -> int | None:
+        for i in range(len(ctx) - len(header), -1, -1):
+            if list(ctx[i:i + len(header)]) == header:
+                break
+        else:
+            return None
+        for j in range(i - 1, -1, -1):
+            if list(ctx[j:j + len(user_head)]) == user_head:
+                break
+        user = tok.decode([t for t in ctx[j + len(user_head):i] if t < 256])
+        target = tok.encode(scripted_reply(user))
+        done = list(ctx[i + len(header):])
+        if done == target[:len(done)] and len(done) < len(target):
+            return target[len(done)]
+        return end_id
+
+    engine, _ = make_engine(page_size=8, num_pages=1024, vocab_size=tok.vocab_size,
+                            eos_token_ids=(end_id,), next_token=next_token, tokenizer=tok)
+    template = ChatTemplate(tok, render=chatml)
+    opts = DialogueOptions(system_prompt="Be brief.", max_new_tokens=400, min_clause_chars=6,
+                           **options)  # type: ignore[arg-type]
+    return Dialogue(engine, template, opts)
+
+
+def voice(ms: int, *, amplitude: float = 0.3) -> npt.NDArray[np.float32]:
+    """A harmonic, amplitude-modulated tone: loud and voiced (low spectral flatness)."""
+    t = np.arange(RATE * ms // 1000) / RATE
+    sig = sum(np.sin(2 * np.pi * 150 * k * t) / k for k in range(1, 8))
+    env = 0.75 + 0.25 * np.sin(2 * np.pi * 4 * t)
+    return (amplitude * sig * env / 2.0).astype(np.float32)
+
+
+def silence(ms: int) -> npt.NDArray[np.float32]:
+    return np.zeros(RATE * ms // 1000, np.float32)

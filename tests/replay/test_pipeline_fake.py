@@ -1,0 +1,184 @@
+"""The asyncio pipeline end to end on a virtual clock, with model stand-ins (fast).
+
+The real VAD, turn manager, workers, dialogue and engine bookkeeping run; only the
+models are fakes (tests/replay/fakes.py), so exact timings can be asserted: the tone
+voice speaks every word in 150 ms, so the words heard at a barge-in are known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from assistant import event_log as log
+from assistant.listener import Listener
+from assistant.pipeline import Pipeline, PipelineOptions, PipelineResult
+from assistant.turn_manager import TurnManager, TurnOptions
+from audio.chunk import AudioChunk
+from audio.clock import VirtualClock
+from audio.sinks import WavSink
+from audio.streaming_asr import StreamingASROptions
+from audio.vad import VadOptions
+from audio.wav import read_wav
+from audio.word_timing import split_words
+from tests.replay.fakes import (
+    RATE,
+    CountingTranscriber,
+    ToneClassifier,
+    ToneSynthesizer,
+    scripted_dialogue,
+    scripted_reply,
+    silence,
+    voice,
+)
+
+FRAME = RATE * 20 // 1000
+VAD = VadOptions()
+
+
+@dataclass
+class FakeRun:
+    result: PipelineResult
+    heard: np.ndarray
+    synth: ToneSynthesizer
+
+    def of(self, cls: type) -> list:  # type: ignore[type-arg]
+        return [e for e in self.result.entries if isinstance(e, cls)]
+
+    def rms(self, start_ms: int, end_ms: int) -> float:
+        seg = self.heard[start_ms * RATE // 1000: end_ms * RATE // 1000]
+        return float(np.sqrt(np.mean(seg.astype(np.float64) ** 2))) if seg.size else 0.0
+
+
+async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize: bool) -> FakeRun:
+    clock = VirtualClock(RATE)
+    synth = ToneSynthesizer()
+    sink = WavSink(tmp / "heard.wav", clock, RATE)
+    pipeline = Pipeline(
+        dialogue=scripted_dialogue(), transcriber=CountingTranscriber(), synthesizer=synth,
+        turn_manager=TurnManager(turns), listener=Listener(VAD, None, ToneClassifier()),
+        clock=clock, sink=sink, asr_options=StreamingASROptions(), min_clause_chars=6,
+        options=PipelineOptions(virtual=True, presynthesize=presynthesize))
+    try:
+        for start in range(0, signal.size - FRAME + 1, FRAME):
+            clock.wait_until(start + FRAME)
+            await pipeline.feed(AudioChunk(signal[start:start + FRAME], RATE, start))
+        await pipeline.run_tail()
+        result = await pipeline.finish()
+    finally:
+        await pipeline.aclose()
+        sink.close()
+    heard, _ = read_wav(tmp / "heard.wav")
+    return FakeRun(result, np.asarray(heard, np.float32), synth)
+
+
+def run(signal: np.ndarray, tmp: Path, *, barge_in_min_ms: int = 200, speculate: bool = True,
+        presynthesize: bool = True) -> FakeRun:
+    turns = TurnOptions(barge_in_min_ms=barge_in_min_ms, speculate=speculate)
+    return asyncio.run(_run(signal, tmp, turns, presynthesize))
+
+
+def test_question_and_answer_with_a_speculation_hit(tmp_path: Path) -> None:
+    r = run(np.concatenate([silence(300), voice(1200), silence(400)]), tmp_path)
+    final = r.of(log.TranscriptFinalEntry)
+    assert len(final) == 1 and final[0].text
+    started = r.of(log.ResponseStartedEntry)
+    assert started[0].user_text == final[0].text
+    assert started[0].speculation == "hit" and started[0].prompt_tokens_computed == 0
+    done = r.of(log.ResponseDoneEntry)
+    assert done[0].text == scripted_reply(final[0].text) and not done[0].interrupted
+    # The drafted first clause was synthesised once, ahead, and reused when adopted.
+    first_clause = r.synth.spans[0]
+    assert r.synth.spans.count(first_clause) == 1
+    audio = r.of(log.AudioStartedEntry)[0]
+    stopped = r.of(log.SpeechStoppedEntry)[0]
+    assert audio.t_ms == stopped.t_ms  # zero compute time on the virtual clock
+    words = len(split_words(done[0].text))
+    assert done[0].spoken_ms == words * 150
+    assert r.rms(0, audio.t_ms) == 0.0
+    assert r.rms(audio.t_ms, audio.t_ms + done[0].spoken_ms) > 0.01
+    m = r.result.metrics
+    assert m.sequence_matches_history and m.history_text_matches
+    assert m.voice_to_voice_ms == (audio.t_ms - stopped.speech_end_ms,)
+
+
+@pytest.mark.parametrize("into_reply_ms", [700, 1600])
+def test_barge_in_keeps_exactly_the_words_heard(tmp_path: Path, into_reply_ms: int) -> None:
+    # The reply starts 550 + 20 ms after the speech ends (end of turn, one frame).
+    signal = np.concatenate([silence(300), voice(1000), silence(570 + into_reply_ms),
+                             voice(900), silence(300)])
+    r = run(signal, tmp_path)
+    barge = r.of(log.BargeInEntry)
+    stopped = r.of(log.PlaybackStoppedEntry)
+    cut = r.of(log.TruncatedEntry)
+    assert len(barge) == len(stopped) == len(cut) == 1
+    heard_ms = stopped[0].played_ms
+    audio = [e for e in r.of(log.AudioStartedEntry) if e.turn_id == 1][0]
+    assert heard_ms == barge[0].t_ms - audio.t_ms  # stopped at the frame it was detected
+    assert stopped[0].leaked_ms == 0
+    # Every word whose last sample was played, and not one more.
+    n_heard = heard_ms // 150
+    generated = split_words(cut[0].generated_text)
+    assert [w.word for w in split_words(cut[0].kept_text)] == [w.word for w in generated[:n_heard]]
+    assert cut[0].generated_text.startswith(cut[0].kept_text)
+    turns = r.result.conversation
+    assert turns[2]["interrupted"] is True and turns[2]["text"] == cut[0].kept_text
+    assert turns[2]["spoken_ms"] == heard_ms
+    # Nothing of the interrupted reply is played after the stop (stale audio dropped).
+    nxt = [e for e in r.of(log.AudioStartedEntry) if e.turn_id == 2]
+    quiet_until = nxt[0].t_ms if nxt else len(r.heard) * 1000 // RATE
+    assert r.rms(stopped[0].t_ms + 1, quiet_until) == 0.0
+    m = r.result.metrics
+    assert m.sequence_matches_history and m.history_text_matches
+    assert m.barge_in_stop_ms == (0,)
+
+
+def test_short_voiced_burst_does_not_interrupt(tmp_path: Path) -> None:
+    # 150 ms (8 frames touched: 160 ms) opens a VAD turn (120 ms) but stays under the
+    # 200 ms barge-in minimum.
+    signal = np.concatenate([silence(300), voice(1000), silence(570 + 800), voice(150),
+                             silence(300)])
+    r = run(signal, tmp_path)
+    assert r.of(log.BargeInEntry) == []
+    stops = r.of(log.SpeechStoppedEntry)
+    assert [s.discarded for s in stops] == [False, True]
+    done = r.of(log.ResponseDoneEntry)
+    assert len(done) == 1 and not done[0].interrupted
+    assert [t["role"] for t in r.result.conversation] == ["system", "user", "assistant"]
+
+
+def test_same_burst_interrupts_with_a_lower_threshold(tmp_path: Path) -> None:
+    signal = np.concatenate([silence(300), voice(1000), silence(570 + 800), voice(150),
+                             silence(300)])
+    r = run(signal, tmp_path, barge_in_min_ms=140)
+    assert len(r.of(log.BargeInEntry)) == 1
+
+
+def test_mid_utterance_pause_misses_then_the_whole_utterance_hits(tmp_path: Path) -> None:
+    signal = np.concatenate([silence(300), voice(600), silence(350), voice(600), silence(300)])
+    r = run(signal, tmp_path)
+    specs = r.of(log.SpeculationStartedEntry)
+    assert len(specs) == 2
+    misses = r.of(log.SpeculationMissEntry)
+    assert [m.spec_id for m in misses] == [specs[0].spec_id]
+    assert misses[0].reason == "superseded"
+    hits = r.of(log.SpeculationHitEntry)
+    assert [h.spec_id for h in hits] == [specs[1].spec_id]
+    final = r.of(log.TranscriptFinalEntry)[0].text
+    assert len(final.split()) > len(specs[0].text.split())
+    assert r.of(log.ResponseDoneEntry)[0].text == scripted_reply(final)
+    assert r.result.metrics.speculation_hit_rate == 0.5
+
+
+def test_without_speculation_the_prompt_is_computed_live(tmp_path: Path) -> None:
+    r = run(np.concatenate([silence(300), voice(800), silence(300)]), tmp_path,
+            speculate=False, presynthesize=False)
+    assert r.of(log.SpeculationStartedEntry) == []
+    started = r.of(log.ResponseStartedEntry)[0]
+    assert started.speculation == "none"
+    assert started.prompt_tokens_computed == started.prompt_tokens
+    assert r.result.metrics.speculation_hit_rate is None
