@@ -87,11 +87,12 @@ def inspect_models(cfg: AppConfig, *, load: bool = True) -> list[ModelReport]:
         path = models.resolve_llm(cfg) if load else models.resolve_llm_source(cfg)
 
         def try_load() -> str:
-            from transformers import AutoConfig
+            from engine.loader import load_runner
 
-            hf = AutoConfig.from_pretrained(path, local_files_only=True)
+            # A tiny KV pool: this checks that our engine can run the weights.
+            runner, _tokenizer = load_runner(path, page_size=16, num_pages=4)
             source = models.resolve_llm_source(cfg)
-            return f"{hf.model_type}, {hf.num_hidden_layers} layers (from {source.name})"
+            return f"vocab {runner.vocab_size}, runs on our engine (from {source.name})"
 
         return path, try_load
 
