@@ -1,0 +1,121 @@
+"""`Engine`: the facade over the page cache, sequences and the scheduler.
+
+Not thread-safe: call it from one worker thread (never the event loop). Only
+`Job.cancel()` may be called from other threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import EngineInvariantError
+from engine.events import EngineStats, TokenEvent
+from engine.page_cache import PageCache
+from engine.params import Priority, SamplingParams
+from engine.scheduler import Scheduler
+from engine.sequence import Sequence
+
+if TYPE_CHECKING:
+    from engine.detokenize import TokenizerLike
+    from engine.job import Job
+    from engine.runner import ModelRunner
+
+__all__ = ["Engine"]
+
+
+class Engine:
+    """Paged KV cache with prefix sharing over a `ModelRunner`.
+
+    >>> with engine.sequence() as seq:
+    ...     seq.extend(prompt_ids)
+    ...     for event in seq.generate(SamplingParams(max_new_tokens=32)):
+    ...         print(event.text_delta, end="")
+    """
+
+    def __init__(self, runner: ModelRunner, tokenizer: TokenizerLike, *, max_batch: int = 8,
+                 prefill_chunk: int = 512) -> None:
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self._cache = PageCache(runner, prefill_chunk=prefill_chunk)
+        self._scheduler = Scheduler(self._cache, tokenizer, max_batch=max_batch)
+
+    @classmethod
+    def load(cls, model_path: str | Path, *, gguf_file: str | None = None, device: str = "cpu",
+             dtype: str = "float32", page_size: int = 16, num_pages: int = 1024,
+             max_batch: int = 8, prefill_chunk: int = 512) -> Engine:
+        """Load a local transformers model directory (see `engine.loader.load_runner`)."""
+        from engine.loader import load_runner
+
+        runner, tokenizer = load_runner(model_path, gguf_file=gguf_file, device=device,
+                                        dtype=dtype, page_size=page_size, num_pages=num_pages)
+        tok: Any = tokenizer
+        return cls(runner, tok, max_batch=max_batch, prefill_chunk=prefill_chunk)
+
+    # ---- sequences -------------------------------------------------------------------
+
+    def sequence(self, *, priority: Priority = Priority.LIVE) -> Sequence:
+        """A new, empty sequence. Release it (or use it as a context manager)."""
+        return Sequence(self._cache, self, priority=priority)
+
+    def sequences(self) -> tuple[Sequence, ...]:
+        """Live (unreleased) sequences."""
+        return tuple(self._cache.sequences())
+
+    # ---- jobs --------------------------------------------------------------------------
+
+    def enqueue(self, seq: Sequence, params: SamplingParams, *,
+                prompt_ids: Iterable[int] = (), priority: Priority | None = None) -> Job:
+        """Start a generation on `seq` after `prompt_ids`; advance it with `step()`."""
+        return self._scheduler.enqueue(seq, params, prompt_ids=prompt_ids, priority=priority)
+
+    def step(self) -> list[TokenEvent]:
+        """One scheduler step: at most one prefill chunk and one batched decode."""
+        return self._scheduler.step()
+
+    def cancel(self, job: Job) -> list[TokenEvent]:
+        """Finish `job` at once (its sequence keeps the tokens whose K/V was written)."""
+        return self._scheduler.cancel(job)
+
+    def has_work(self) -> bool:
+        return self._scheduler.has_work()
+
+    @property
+    def jobs(self) -> tuple[Job, ...]:
+        return self._scheduler.jobs
+
+    # ---- cache -------------------------------------------------------------------------
+
+    def check(self) -> None:
+        """Verify the cache invariants; raises `EngineInvariantError` naming each problem."""
+        self._cache.check()
+        for job in self._scheduler.jobs:
+            if job.seq.released:
+                raise EngineInvariantError(f"job {job.job_id} runs on a released sequence")
+
+    def stats(self) -> EngineStats:
+        return self._cache.stats()
+
+    # ---- SequenceHost ------------------------------------------------------------------
+
+    def generate(self, seq: Sequence, params: SamplingParams, *,
+                 prompt_ids: Iterable[int] = ()) -> Iterator[TokenEvent]:
+        """Run a job on `seq` to completion, yielding its events; other active jobs advance
+        in the same steps. Closing the iterator early cancels the job."""
+        job = self.enqueue(seq, params, prompt_ids=prompt_ids)
+        return self._follow(job)
+
+    def on_release(self, seq: Sequence) -> None:
+        self._scheduler.cancel_sequence(seq)
+
+    def _follow(self, job: Job) -> Iterator[TokenEvent]:
+        try:
+            while True:
+                yield from job.take_events()
+                if job.done:
+                    return
+                self.step()
+        finally:
+            if not job.done:
+                self.cancel(job)

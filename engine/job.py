@@ -1,0 +1,209 @@
+"""One generation on one sequence: prompt prefill, sampling, stop handling, turn closing.
+
+The scheduler drives jobs (`prefill_step`, `decode_item` / `on_decoded`); a job turns each
+sampled token into a `TokenEvent`. The sampled token is "pending" until the next decode
+step writes its K/V, so the sequence always holds exactly the tokens whose K/V exists.
+When a job finishes (stop string, stop token or length), the sequence is cut to the kept
+tokens and the `end_of_turn` ids are appended, so the cache holds the closed turn and
+nothing the text does not.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections import deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from engine.detokenize import IncrementalDetokenizer, TokenizerLike
+from engine.events import FinishReason, GenerationResult, PrefillStats, TokenEvent
+from engine.params import Priority, SamplingParams
+from engine.prefix_index import common_prefix
+from engine.sampler import Sampler
+from engine.stops import StopMatcher
+
+if TYPE_CHECKING:
+    import torch
+
+    from engine.runner import DecodeItem
+    from engine.sequence import Sequence
+
+__all__ = ["Job", "JobState"]
+
+_CONTEXT_TOKENS = 4  # prompt ids decoded with the first generated ones (leading spaces)
+
+
+class JobState(enum.Enum):
+    PREFILL = "prefill"
+    DECODE = "decode"
+    DONE = "done"
+
+
+class Job:
+    """Create with `Engine.enqueue`. `cancel()` may be called from any thread."""
+
+    def __init__(self, job_id: int, seq: Sequence, params: SamplingParams, *,
+                 prompt_ids: Iterable[int], priority: Priority, tokenizer: TokenizerLike,
+                 eos_token_ids: Iterable[int]) -> None:
+        self.job_id = job_id
+        self.seq = seq
+        self.params = params
+        self.priority = priority
+        self.state = JobState.PREFILL
+        self.result: GenerationResult | None = None
+        """Set when the job is done."""
+        self.decode_steps = 0
+        self._prompt = [int(t) for t in prompt_ids]
+        self._prompt_done = 0
+        self._prompt_stats = PrefillStats(0, 0, 0)
+        self._base = 0  # sequence length once the prompt is in
+        self._generated: list[int] = []
+        self._pending: int | None = None
+        self._emitted = 0  # characters of the detokenized text already released
+        self._stop_ids = frozenset(params.stop_token_ids)
+        if not params.ignore_eos:
+            self._stop_ids |= frozenset(eos_token_ids)
+        self._stops = StopMatcher(params.stop)
+        self._tokenizer = tokenizer
+        context = (list(seq.tokens) + self._prompt)[-_CONTEXT_TOKENS:]
+        self._detok = IncrementalDetokenizer(tokenizer, context)
+        self._sampler = Sampler(params)
+        self._inbox: deque[TokenEvent] = deque()
+        self._cancel = threading.Event()
+
+    # ---- caller side -------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Ask for cancellation (thread-safe); the scheduler honours it at its next step.
+        `Engine.cancel(job)` on the engine's thread cancels at once."""
+        self._cancel.set()
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self._cancel.is_set()
+
+    @property
+    def done(self) -> bool:
+        return self.state is JobState.DONE
+
+    @property
+    def generated(self) -> tuple[int, ...]:
+        """Every token sampled so far (stop token included)."""
+        return tuple(self._generated)
+
+    def take_events(self) -> list[TokenEvent]:
+        """Events produced since the last call (the job keeps its own copy of each)."""
+        events = list(self._inbox)
+        self._inbox.clear()
+        return events
+
+    # ---- scheduler side ----------------------------------------------------------------
+
+    def prefill_step(self, max_tokens: int) -> list[TokenEvent]:
+        """Advance the prompt by at most `max_tokens` computed tokens; once the prompt is in,
+        sample the first token."""
+        seq = self.seq
+        remaining = self._prompt[self._prompt_done:]
+        if remaining:
+            # The last prompt token is always computed: its logits pick the first token.
+            added = seq.extend_step(remaining, max_compute=max_tokens, compute_last=True)
+            self._prompt_done += added.total
+            self._prompt_stats += added
+        if self._prompt_done < len(self._prompt):
+            return []
+        self._base = len(seq)
+        self.state = JobState.DECODE
+        return self._on_token(self._sampler.sample(seq.next_logits()))
+
+    def decode_item(self) -> DecodeItem:
+        assert self._pending is not None
+        return self.seq.decode_item(self._pending)
+
+    def on_decoded(self, logits: torch.Tensor) -> None:
+        """The decode step wrote the pending token's K/V; `logits` follow it."""
+        assert self._pending is not None
+        self.seq.commit_decoded(self._pending, logits)
+        self._pending = None
+        self.decode_steps += 1
+
+    def sample_next(self) -> list[TokenEvent]:
+        return self._on_token(self._sampler.sample(self.seq.next_logits()))
+
+    def finish_cancelled(self) -> list[TokenEvent]:
+        """End now, touching nothing in the sequence (its tokens are those whose K/V was
+        written). The event has token_id -1: no token goes with it."""
+        if self.done:
+            return []
+        in_seq = self._generated[:max(len(self.seq) - self._base, 0)] \
+            if not self.seq.released and self.state is JobState.DECODE else []
+        return self._finish(FinishReason.CANCELLED, -1, "", tuple(in_seq), close=False)
+
+    # ---- helpers -----------------------------------------------------------------------
+
+    def _on_token(self, token_id: int) -> list[TokenEvent]:
+        self._generated.append(token_id)
+        if token_id in self._stop_ids:
+            rest = self._detok.text[self._emitted:] + self._detok.flush()
+            return self._finish(FinishReason.EOS, token_id, rest,
+                                tuple(self._generated[:-1]))
+        self._detok.push(token_id)
+        text = self._detok.text
+        stop_at = self._stops.find(text, self._emitted)
+        if stop_at is not None:
+            return self._finish(FinishReason.STOP, token_id, text[self._emitted:stop_at],
+                                self._ids_for_text(text[:stop_at]))
+        if len(self._generated) >= self.params.max_new_tokens:
+            rest = text[self._emitted:] + self._detok.flush()
+            return self._finish(FinishReason.LENGTH, token_id, rest, tuple(self._generated))
+        hold = min(self._stops.holdback(text), len(text) - self._emitted)
+        delta = text[self._emitted:len(text) - hold]
+        self._emitted += len(delta)
+        self._pending = token_id
+        return [self._event(token_id, delta, finished=False, reason=None)]
+
+    def _ids_for_text(self, kept: str) -> tuple[int, ...]:
+        """Generated ids spelling exactly `kept`: the whole tokens before it ends, plus the
+        re-encoded text of a token the stop string starts inside."""
+        count = len(self._generated) - 1
+        while count > 0:
+            prefix = self._detok.text_of_first(count)
+            if kept.startswith(prefix) and not prefix.endswith("\ufffd"):
+                break
+            count -= 1
+        prefix = self._detok.text_of_first(count) if count else ""
+        rest = kept[len(prefix):]
+        extra = self._tokenizer.encode(rest, add_special_tokens=False) if rest else []
+        return tuple(self._generated[:count]) + tuple(int(t) for t in extra)
+
+    def _finish(self, reason: FinishReason, token_id: int, delta: str,
+                kept: tuple[int, ...], *, close: bool = True) -> list[TokenEvent]:
+        self._emitted += len(delta)
+        text = self._detok.text[:self._emitted]
+        self.state = JobState.DONE
+        self._pending = None
+        self.result = GenerationResult(
+            token_ids=kept, text=text, finish_reason=reason, prompt=self._prompt_stats,
+            sampled_tokens=len(self._generated), decode_steps=self.decode_steps)
+        event = self._event(token_id, delta, finished=True, reason=reason)
+        if close:
+            self._close_turn(kept)
+        return [event]
+
+    def _close_turn(self, kept: tuple[int, ...]) -> None:
+        """Make the sequence end with prompt + kept + end_of_turn."""
+        seq = self.seq
+        in_seq = list(seq.tokens[self._base:])
+        same = common_prefix(in_seq, kept)
+        seq.truncate(self._base + same)
+        tail = list(kept[same:]) + list(self.params.end_of_turn)
+        if tail:
+            seq.extend(tail)
+
+    def _event(self, token_id: int, delta: str, *, finished: bool,
+               reason: FinishReason | None) -> TokenEvent:
+        event = TokenEvent(token_id=token_id, text_delta=delta,
+                           index=len(self._generated) - (0 if token_id < 0 else 1),
+                           finished=finished, finish_reason=reason, job_id=self.job_id)
+        self._inbox.append(event)
+        return event

@@ -1,0 +1,137 @@
+"""Scheduler: interleaves prompt prefill chunks with batched decode steps.
+
+Each `step()` runs at most one prefill chunk (the first job waiting for its prompt, live
+before speculative, then first come first served) and one `runner.decode` for every job
+that has a pending token (up to `max_batch`, live first). Jobs are the exllamav2-style
+enqueue / iterate / cancel API (after exllamav2 generator/dynamic.py); a plain synchronous
+state machine, driven from one worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from engine.errors import CacheExhaustedError, EngineError
+from engine.events import TokenEvent
+from engine.job import Job, JobState
+from engine.params import Priority, SamplingParams
+
+if TYPE_CHECKING:
+    from engine.detokenize import TokenizerLike
+    from engine.page_cache import PageCache
+    from engine.sequence import Sequence
+
+__all__ = ["Scheduler"]
+
+
+class Scheduler:
+    def __init__(self, cache: PageCache, tokenizer: TokenizerLike, *, max_batch: int = 8
+                 ) -> None:
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.max_batch = max_batch
+        self._cache = cache
+        self._tokenizer = tokenizer
+        self._jobs: dict[int, Job] = {}  # active jobs in arrival order
+        self._next_id = 0
+
+    @property
+    def jobs(self) -> tuple[Job, ...]:
+        """Active (unfinished) jobs."""
+        return tuple(self._jobs.values())
+
+    def has_work(self) -> bool:
+        return bool(self._jobs)
+
+    def enqueue(self, seq: Sequence, params: SamplingParams, *,
+                prompt_ids: Iterable[int] = (), priority: Priority | None = None) -> Job:
+        """Start a generation on `seq` after `prompt_ids` (extended first, with reuse).
+        A sequence runs at most one job at a time."""
+        if seq.released:
+            raise EngineError(f"sequence {seq.seq_id} was released")
+        if any(job.seq is seq for job in self._jobs.values()):
+            raise EngineError(f"sequence {seq.seq_id} already has a generation running")
+        self._next_id += 1
+        job = Job(self._next_id, seq, params, prompt_ids=prompt_ids,
+                  priority=seq.priority if priority is None else priority,
+                  tokenizer=self._tokenizer, eos_token_ids=self._cache.runner.eos_token_ids)
+        self._jobs[job.job_id] = job
+        seq.attach(job)
+        return job
+
+    def cancel(self, job: Job) -> list[TokenEvent]:
+        """Finish `job` now (on the engine's thread); its sequence keeps the tokens whose
+        K/V was written and stays usable."""
+        if self._jobs.pop(job.job_id, None) is None:
+            return []
+        return job.finish_cancelled()
+
+    def cancel_sequence(self, seq: Sequence) -> None:
+        for job in [j for j in self._jobs.values() if j.seq is seq]:
+            self.cancel(job)
+
+    def step(self) -> list[TokenEvent]:
+        """Advance every active job by at most one token; returns the events produced
+        (each job also keeps its own, see `Job.take_events`)."""
+        events: list[TokenEvent] = []
+        for job in [j for j in self._jobs.values() if j.cancel_requested]:
+            events.extend(self.cancel(job))
+        waiting = self._ordered(JobState.PREFILL)
+        if waiting:
+            job = waiting[0]
+            try:
+                events.extend(job.prefill_step(self._cache.prefill_chunk))
+            finally:
+                self._retire(job)
+        events.extend(self._decode())
+        return events
+
+    def _decode(self) -> list[TokenEvent]:
+        ready = self._ordered(JobState.DECODE)
+        if not ready:
+            return []
+        batch: list[Job] = []
+        budget = self._cache.pool.available()
+        for job in ready:
+            need = job.seq.pages_needed(1)
+            if len(batch) < self.max_batch and need <= budget:
+                batch.append(job)
+                budget -= need
+        if not batch:
+            pool = self._cache.pool
+            raise CacheExhaustedError(
+                f"KV cache exhausted: {len(ready)} generations need a new page and none of "
+                f"the {pool.num_pages} pages is free or evictable; cancel or release "
+                "sequences, or raise engine.num_pages")
+        items = []
+        try:
+            for job in batch:
+                items.append(job.decode_item())
+            logits = self._cache.runner.decode(items)
+        except BaseException:
+            for job in batch:
+                job.seq.rollback_pages()
+            raise
+        for row, job in enumerate(batch):
+            job.on_decoded(logits[row])
+        events: list[TokenEvent] = []
+        error: BaseException | None = None
+        for job in batch:  # every job samples even if closing another one's turn fails
+            try:
+                events.extend(job.sample_next())
+            except Exception as exc:
+                error = error or exc
+            finally:
+                self._retire(job)
+        if error is not None:
+            raise error
+        return events
+
+    def _ordered(self, state: JobState) -> list[Job]:
+        jobs = [j for j in self._jobs.values() if j.state is state]
+        return sorted(jobs, key=lambda j: (j.priority, j.job_id))
+
+    def _retire(self, job: Job) -> None:
+        if job.done:
+            self._jobs.pop(job.job_id, None)
