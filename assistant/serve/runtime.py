@@ -1,0 +1,166 @@
+"""What one daemon process shares between its sessions: models, the engine and its gate.
+
+`build_runtime(cfg)` loads ASR, TTS and the LLM once (the same loader as ``talk`` and
+``replay``), and maps the config onto each component's options. Every session's
+`PipelineBackend` then runs on these: one engine (batched decode steps across sessions,
+the system prompt's KV pages shared by all of them), one Whisper model (serialised by
+its own lock), one Piper voice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from assistant.serve.backend import SessionBackend, SessionSettings, TurnDetectionSettings
+from assistant.serve.settings import ServedModels
+from assistant.serve.shared_engine import EngineGate, GatedDialogue
+
+if TYPE_CHECKING:
+    from assistant.config import AppConfig
+    from assistant.loop_setup import LoopModels
+
+__all__ = ["ServeRuntime", "build_runtime", "runtime_from_models"]
+
+log = logging.getLogger("assistant.serve")
+
+
+@dataclass
+class ServeRuntime:
+    cfg: AppConfig
+    models: LoopModels
+    gate: EngineGate
+    dialogue_options: Any
+    turn_options: Any
+    vad_options: Any
+    asr_options: Any
+    min_clause_chars: int
+    session_queue: int
+    served: ServedModels
+    defaults: SessionSettings
+    _stats: dict[str, int] = field(default_factory=dict)
+
+    def backend_factory(self, settings: SessionSettings) -> SessionBackend:
+        from assistant.serve.pipeline_backend import PipelineBackend
+
+        return PipelineBackend(self, settings)
+
+    def engine_stats(self) -> dict[str, int]:
+        """A snapshot of the shared engine's counters (waits for the step in progress)."""
+        return dict(self.gate.run(self._snapshot))
+
+    def _snapshot(self) -> dict[str, int]:
+        stats = self.models.engine.stats()
+        self._stats = {
+            "pages_total": stats.pages_total,
+            "pages_used": stats.pages_used,
+            "pages_free": stats.pages_free,
+            "pages_cached": stats.pages_cached,
+            "pages_shared": stats.pages_shared,
+            "sequences": stats.sequences,
+            "tokens_computed": stats.tokens_computed,
+            "tokens_reused": stats.tokens_referenced + stats.tokens_copied,
+            "tokens_decoded": stats.tokens_decoded,
+        }
+        return self._stats
+
+    def engine_gauges(self) -> Mapping[str, int]:
+        """For ``/metrics``: never waits on the engine; a scrape during a step gets the
+        previous snapshot."""
+        if self.gate.try_run(self._snapshot) is None and not self._stats:
+            return {}
+        return dict(self._stats)
+
+    def check_engine(self) -> None:
+        """Run the engine's invariant check under the gate (tests, benchmarks)."""
+        self.gate.run(self.models.engine.check)
+
+    def close(self) -> None:
+        """Nothing to release beyond what the sessions release; kept for symmetry."""
+
+    async def run_local_audio(self, stop: asyncio.Event) -> None:
+        """The local microphone/speaker loop (as ``assistant talk``), headless, on the
+        shared engine, until ``stop`` is set."""
+        from assistant.commands.talk import converse
+        from assistant.dialogue import Dialogue
+        from assistant.listener import Listener
+        from assistant.loop_setup import echo_options
+        from assistant.pipeline import Pipeline
+        from assistant.replay_run import threaded_frames
+        from assistant.turn_manager import TurnManager
+        from audio.clock import DeviceClock
+        from audio.echo import EchoProcessor
+        from audio.sinks import SpeakerSink
+        from audio.sources import MicSource
+
+        cfg, models = self.cfg, self.models
+        rate = cfg.audio.sample_rate
+        clock = DeviceClock(rate)
+        echo = EchoProcessor(echo_options(cfg)) if cfg.echo.mode != "off" else None
+        sink = SpeakerSink(clock, models.synthesizer.sample_rate, cfg.audio.output_device,
+                           cfg.audio.output_buffer_ms,
+                           tap=echo.push_reference if echo is not None else None)
+        mic = MicSource(clock, rate, cfg.audio.frame_ms, cfg.audio.input_device,
+                        cfg.audio.mic_queue_frames)
+        dialogue = await asyncio.to_thread(
+            self.gate.run,
+            lambda: Dialogue(models.engine, models.template, self.dialogue_options))
+
+        def on_entry(entry: Any) -> None:
+            log.info("local audio: %s", type(entry).__name__,
+                     extra={"entry": getattr(entry, "type", "")})
+
+        pipeline = Pipeline(
+            dialogue=GatedDialogue(dialogue, self.gate),  # type: ignore[arg-type]
+            transcriber=models.transcriber, synthesizer=models.synthesizer,
+            turn_manager=TurnManager(self.turn_options), listener=Listener(self.vad_options, echo),
+            clock=clock, sink=sink, asr_options=self.asr_options,
+            min_clause_chars=self.min_clause_chars, on_entry=on_entry)
+        log.info("local audio loop started")
+        try:
+            await converse(pipeline, threaded_frames(iter(mic)), stop, mic.close)
+        finally:
+            with contextlib.suppress(Exception):
+                sink.close()
+            log.info("local audio loop stopped")
+
+
+def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
+    """A runtime over already loaded models (tests and benchmarks share one load)."""
+    from assistant.loop_setup import dialogue_options, turn_options, vad_options
+    from audio.streaming_asr import StreamingASROptions
+
+    voice = Path(str(getattr(models.synthesizer, "model_path", "voice"))).name
+    voice = voice.removesuffix(".onnx") or "default"
+    llm = cfg.models.llm if cfg.models.llm != "default" else "SmolLM2-135M-Instruct"
+    asr = cfg.models.asr if cfg.models.asr != "default" else "whisper-tiny.en"
+    served = ServedModels(
+        model=Path(llm).name, transcription_model=Path(asr).name, default_voice=voice,
+        voices=frozenset({voice}),
+    )
+    defaults = SessionSettings(
+        instructions=cfg.llm.system_prompt,
+        voice=voice,
+        turn_detection=TurnDetectionSettings(),  # the Realtime API's server-VAD defaults
+        max_output_tokens=cfg.llm.max_new_tokens,
+    )
+    return ServeRuntime(
+        cfg=cfg, models=models, gate=EngineGate(),
+        dialogue_options=dialogue_options(cfg), turn_options=turn_options(cfg),
+        vad_options=vad_options(cfg),
+        asr_options=StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms),
+        min_clause_chars=cfg.tts.min_clause_chars, session_queue=cfg.server.session_queue,
+        served=served, defaults=defaults,
+    )
+
+
+def build_runtime(cfg: AppConfig, progress: Callable[[str], None] | None = None) -> ServeRuntime:
+    """Load every model named by ``cfg`` (seconds) and wrap them for serving."""
+    from assistant.loop_setup import load_models
+
+    return runtime_from_models(cfg, load_models(cfg, progress=progress))

@@ -1,0 +1,277 @@
+"""Load test of ``assistant serve`` on this machine, loopback only, bounded in count and time.
+
+Not a test: prints tables. With the real models, in one process (server and clients):
+
+1. Concurrency: N = 1, 4, 8 sessions at once, each streaming recorded questions (Piper
+   speech) in real time, 100 ms per append, silence between questions as a microphone
+   would send. Reports voice-to-voice latency (client side: the last sample of the
+   question sent -> the first audio delta received) p50 / p95, and aggregate generated
+   tokens per second. The peer for the ratios is N = 1 on the same server.
+2. Churn: for ``--seconds`` (default 60; ``--minutes 10`` for a soak), sessions come and
+   go (each asks one question, then leaves, at most ``--churn-sessions`` at a time).
+   Samples process RSS and engine pages; at the end, with every session gone, the
+   engine's ``check()`` must hold and every page must be free or cached (no leak).
+
+    .venv/bin/python bench/bench_serve.py [--sessions 1,4,8] [--turns 2]
+                                          [--seconds 60 | --minutes 10] [--churn-sessions 4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import random
+import resource
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from websockets.asyncio.client import connect
+
+from assistant.config import default_config_path, load_config
+from assistant.metrics import percentile
+from assistant.report import format_table
+from assistant.serve.limits import ServerLimits
+from assistant.serve.runtime import ServeRuntime, build_runtime
+from assistant.serve.server import RealtimeServer, ServerOptions
+from audio.resample import resample
+
+QUESTIONS = (
+    "What is the capital of France?",
+    "What colour is the sky?",
+    "Name a big animal.",
+    "What do bees make?",
+    "What is the opposite of hot?",
+    "Which planet do we live on?",
+)
+CHUNK_MS = 100
+RATE = 24_000
+
+
+@dataclass
+class Stats:
+    v2v_s: list[float] = field(default_factory=list)
+    tokens: int = 0
+    turns: int = 0
+    failed: int = 0
+    max_pages_shared: int = 0
+    max_pages_used: int = 0
+
+
+def speech(runtime: ServeRuntime, text: str) -> np.ndarray:
+    synth = runtime.models.synthesizer
+    pcm = np.concatenate([c.pcm for c in synth.synthesize(text)]).astype(np.float32) / 32768
+    wire = resample(pcm, synth.sample_rate, RATE)
+    return np.clip(np.round(wire * 32767), -32768, 32767).astype(np.int16)
+
+
+def _append(pcm: np.ndarray) -> str:
+    audio = base64.b64encode(pcm.astype("<i2").tobytes()).decode("ascii")
+    return json.dumps({"type": "input_audio_buffer.append", "audio": audio})
+
+
+async def client(url: str, questions: list[np.ndarray], stats: Stats, deadline: float) -> None:
+    """One session: each question in real time, then silence until its response.done."""
+    loop = asyncio.get_running_loop()
+    step = RATE * CHUNK_MS // 1000
+    silence = _append(np.zeros(step, np.int16))
+    async with connect(f"{url}/realtime", max_size=None, close_timeout=2) as ws:
+        done = asyncio.Event()
+        first_audio: list[float] = []
+        state: dict[str, Any] = {"sent_end": None}
+
+        async def reader() -> None:
+            async for raw in ws:
+                event = json.loads(raw)
+                kind = event["type"]
+                if kind == "response.output_audio.delta" and state["sent_end"] is not None:
+                    first_audio.append(loop.time() - state["sent_end"])
+                    state["sent_end"] = None
+                elif kind == "response.done":
+                    usage = event["response"].get("usage") or {}
+                    stats.tokens += int(usage.get("output_tokens") or 0)
+                    done.set()
+
+        task = asyncio.create_task(reader())
+        t = loop.time()
+        try:
+            for pcm in questions:
+                done.clear()
+                audio = np.concatenate([np.zeros(step * 3, np.int16), pcm])
+                for i in range(0, len(audio), step):
+                    await ws.send(_append(audio[i : i + step]))
+                    t += CHUNK_MS / 1000
+                    await asyncio.sleep(max(0.0, t - loop.time()))
+                state["sent_end"] = loop.time()
+                while not done.is_set():  # the microphone keeps sending while we listen
+                    if loop.time() > deadline:
+                        stats.failed += 1
+                        return
+                    await ws.send(silence)
+                    t += CHUNK_MS / 1000
+                    await asyncio.sleep(max(0.0, t - loop.time()))
+                stats.turns += 1
+                stats.v2v_s.extend(first_audio)
+                first_audio.clear()
+        finally:
+            task.cancel()
+
+
+async def concurrency(server: RealtimeServer, runtime: ServeRuntime, voices: list[np.ndarray],
+                      n: int, turns: int, limit_s: float) -> tuple[Stats, float]:
+    stats = Stats()
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit_s
+
+    async def sampler() -> None:
+        while True:
+            pages = await asyncio.to_thread(runtime.engine_stats)
+            stats.max_pages_shared = max(stats.max_pages_shared, pages["pages_shared"])
+            stats.max_pages_used = max(stats.max_pages_used, pages["pages_used"])
+            await asyncio.sleep(0.5)
+
+    sampling = asyncio.create_task(sampler())
+    t0 = time.perf_counter()
+    await asyncio.gather(*(
+        client(server.url, [voices[(k + j) % len(voices)] for j in range(turns)], stats, deadline)
+        for k in range(n)
+    ))
+    wall = time.perf_counter() - t0
+    sampling.cancel()
+    return stats, wall
+
+
+async def drained(server: RealtimeServer, limit_s: float = 10.0) -> None:
+    """Wait until the server has torn down every session (bounded)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + limit_s
+    while server.active_sessions and loop.time() < end:
+        await asyncio.sleep(0.05)
+
+
+def rss_mib() -> float:
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def churn(server: RealtimeServer, runtime: ServeRuntime, voices: list[np.ndarray],
+                seconds: float, width: int) -> list[tuple[float, float, int, int]]:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    rng = random.Random(0)
+    samples: list[tuple[float, float, int, int]] = []
+    stats = Stats()
+
+    async def one() -> None:
+        await client(server.url, [rng.choice(voices)], stats, end + 60)
+
+    async def sampler() -> None:
+        t0 = loop.time()
+        while loop.time() < end:
+            pages = await asyncio.to_thread(runtime.engine_stats)
+            samples.append((loop.time() - t0, rss_mib(), pages["pages_used"], server.active_sessions))
+            await asyncio.sleep(max(1.0, seconds / 30))
+
+    running: set[asyncio.Task[None]] = set()
+    sample_task = asyncio.create_task(sampler())
+    while loop.time() < end:
+        while len(running) < width and loop.time() < end:
+            task = asyncio.create_task(one())
+            running.add(task)
+            task.add_done_callback(running.discard)
+            await asyncio.sleep(rng.uniform(0.2, 1.5))
+        await asyncio.sleep(0.2)
+    await asyncio.gather(*running, return_exceptions=True)
+    await sample_task
+    await drained(server)
+    print(f"churn: {stats.turns} turns completed, {stats.failed} timed out")
+    return samples
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    cfg = load_config(args.config or default_config_path(), env={},
+                      overrides={"llm.max_new_tokens": args.max_tokens, "server.max_sessions": 16})
+    print("loading models ...", file=sys.stderr)
+    runtime = build_runtime(cfg)
+    voices = [speech(runtime, q) for q in QUESTIONS]
+    limits = ServerLimits(max_sessions=cfg.server.max_sessions)
+    server = RealtimeServer(ServerOptions(host="127.0.0.1", port=0, limits=limits),
+                            backend_factory=runtime.backend_factory, defaults=runtime.defaults,
+                            served=runtime.served, engine_gauges=runtime.engine_gauges)
+    await server.start()
+    try:
+        rows = []
+        base: tuple[float | None, float] | None = None
+        for n in args.sessions:
+            stats, wall = await concurrency(server, runtime, voices, n, args.turns,
+                                            args.phase_limit)
+            tps = stats.tokens / wall if wall else 0.0
+            p50, p95 = percentile(stats.v2v_s, 50), percentile(stats.v2v_s, 95)
+            if base is None:
+                base = (p50, tps)
+            ratio_p50 = f"{p50 / base[0]:.2f}x" if p50 and base[0] else "-"
+            ratio_tps = f"{tps / base[1]:.2f}x" if base[1] else "-"
+            rows.append([n, stats.turns, stats.failed, _ms(p50), _ms(p95), f"{tps:.1f}",
+                         ratio_p50, ratio_tps, stats.max_pages_used, stats.max_pages_shared])
+            print(f"N={n}: {rows[-1]}", file=sys.stderr, flush=True)
+            await drained(server)
+            runtime.check_engine()
+        print(format_table(["sessions", "turns", "timed out", "v2v p50", "v2v p95",
+                            "tokens/s (all)", "p50 vs N=1", "tokens/s vs N=1",
+                            "pages used (max)", "pages shared (max)"], rows))
+        print("tokens/s: generated tokens of all sessions / wall time of the run, under a "
+              "real-time load (audio in and out at 1x); pages shared: KV pages referenced by "
+              f"more than one sequence (page size {runtime.cfg.engine.page_size} tokens)")
+        print(f"engine after the concurrency runs: {runtime.engine_stats()}")
+        seconds = args.minutes * 60 if args.minutes else args.seconds
+        samples = await churn(server, runtime, voices, seconds, args.churn_sessions)
+    finally:
+        await server.shutdown()
+    runtime.check_engine()
+    final = runtime.engine_stats()
+    print(format_table(["t (s)", "RSS (MiB)", "pages used", "sessions"],
+                       [[f"{t:.0f}", f"{r:.0f}", p, s] for t, r, p, s in samples]))
+    rss = [r for _, r, _, _ in samples]
+    if rss:
+        print(f"RSS: start {rss[0]:.0f} MiB, max {max(rss):.0f} MiB, end {rss[-1]:.0f} MiB")
+    print(f"engine at the end: {final}")
+    leak = final["pages_used"] != 0 or final["sequences"] != 0
+    print("pages: OK (all free or cached, check() holds)" if not leak else "pages: LEAK")
+    return 1 if leak else 0
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config")
+    p.add_argument("--sessions", type=lambda s: [int(x) for x in s.split(",")],
+                   default=[1, 4, 8], help="concurrency levels (default 1,4,8)")
+    p.add_argument("--turns", type=int, default=2, help="questions per session (default 2)")
+    p.add_argument("--seconds", type=float, default=60.0, help="churn phase length (default 60)")
+    p.add_argument("--minutes", type=float, default=0.0, help="churn phase in minutes (soak)")
+    p.add_argument("--churn-sessions", type=int, default=4, help="sessions at a time in churn")
+    p.add_argument("--max-tokens", type=int, default=40, help="llm.max_new_tokens (default 40)")
+    p.add_argument("--phase-limit", type=float, default=240.0,
+                   help="give up on a concurrency level after this many seconds")
+    args = p.parse_args()
+    if max(args.sessions) > 16 or args.turns > 10 or (args.minutes or args.seconds / 60) > 60:
+        p.error("bounded benchmark: at most 16 sessions, 10 turns, 60 minutes")
+    return asyncio.run(main_async(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
