@@ -135,14 +135,7 @@ def open_input_stream(
     callback: Callable[..., None],
 ) -> Any:
     """An unstarted ``sounddevice.InputStream`` (float32), errors as :class:`DeviceError`."""
-    sd = load_sounddevice()
-    try:
-        return sd.InputStream(
-            device=device, samplerate=samplerate, channels=channels, blocksize=blocksize,
-            dtype="float32", latency="low", callback=callback,
-        )
-    except Exception as exc:
-        raise DeviceError(f"cannot open audio input device {device!r} at {samplerate} Hz: {exc}") from None
+    return _open_stream("input", device, samplerate, channels, blocksize, callback)
 
 
 def open_output_stream(
@@ -154,14 +147,28 @@ def open_output_stream(
     callback: Callable[..., None],
 ) -> Any:
     """An unstarted ``sounddevice.OutputStream`` (float32), errors as :class:`DeviceError`."""
+    return _open_stream("output", device, samplerate, channels, blocksize, callback)
+
+
+def _open_stream(
+    kind: str,
+    device: int | None,
+    samplerate: float,
+    channels: int,
+    blocksize: int,
+    callback: Callable[..., None],
+) -> Any:
     sd = load_sounddevice()
+    stream_type = sd.InputStream if kind == "input" else sd.OutputStream
     try:
-        return sd.OutputStream(
+        return stream_type(
             device=device, samplerate=samplerate, channels=channels, blocksize=blocksize,
             dtype="float32", latency="low", callback=callback,
         )
     except Exception as exc:
-        raise DeviceError(f"cannot open audio output device {device!r} at {samplerate} Hz: {exc}") from None
+        raise DeviceError(
+            f"cannot open audio {kind} device {device!r} at {samplerate} Hz: {exc}"
+        ) from None
 
 
 def _default_index(kind: Literal["input", "output"]) -> int:
