@@ -193,9 +193,9 @@ class Dialogue:
             self._outbox.append(ReplyDelta(turn_id, reply.text, len(reply), done=pending_done,
                                            finish_reason="eos" if pending_done else None))
         if pending_done:
-            # The draft was the whole reply: close it as the engine would have.
-            self._seq.extend(self.conversation.renderer.end_of_turn_ids)
-            live.closed_by_engine = live.finished = True
+            # The draft was the whole reply. Its end-of-turn ids are computed when the
+            # turn is closed (after playback), not before the first audio.
+            live.finished = True
             live.finish_reason = "eos"
         else:
             remaining = max(1, self.options.max_new_tokens - len(reply))
@@ -264,8 +264,11 @@ class Dialogue:
                             else max_new_tokens or o.max_new_tokens),
             temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed, stop=o.stop,
             stop_token_ids=stop_ids,
-            # A draft leaves its turn open: the live reply may continue it.
-            end_of_turn=() if speculative else tuple(renderer.end_of_turn_ids))
+            # A draft leaves its turn open: the live reply may continue it. A live reply
+            # too: its end-of-turn ids are computed when the turn is closed (after
+            # playback), so the step that samples the stop token does not also prefill
+            # them -- that step's text is often what the first audio waits for.
+            end_of_turn=())
 
     def _require(self, turn_id: int) -> _LiveTurn:
         if self._live is None or self._live.turn_id != turn_id:
@@ -325,7 +328,7 @@ class Dialogue:
         live.finish_reason = result.finish_reason.value
         if result.finish_reason is not FinishReason.CANCELLED:
             _sync_reply(live.reply, live.job, live.drafted)
-            live.closed_by_engine = True
+            live.closed_by_engine = bool(live.job.params.end_of_turn)
 
     def _cancel_live(self, live: _LiveTurn) -> None:
         job = live.job

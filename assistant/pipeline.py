@@ -54,6 +54,7 @@ from assistant.events import (
     StateChanged,
     TurnAction,
     TurnInput,
+    VoiceFrame,
 )
 from assistant.listener import Listener, UtteranceAudio, UtteranceClosed, UtteranceOpened
 from assistant.metrics import compute_metrics
@@ -95,6 +96,10 @@ class _Counters:
     partials: int = 0
     frames: int = 0
     presynth_ready: set[int] = field(default_factory=set)
+    quiet_ms: int = 0
+    """Unvoiced input since the last voiced frame of the open utterance."""
+    quiet_hold: bool = False
+    """Display partials are held because the user went quiet (not yet a short pause)."""
 
 
 class Pipeline:
@@ -345,10 +350,32 @@ class Pipeline:
         utt = _Utt(self._count.next_utt)
         self._count.next_utt += 1
         self._utt = utt
+        self._count.quiet_ms, self._count.quiet_hold = 0, False
         self.asr.open(utt.utt_id, out.pcm, out.start_sample)
 
+    def _on_voice_frame(self, frame: VoiceFrame) -> None:
+        """Hold display partials as soon as the user goes quiet, so that no partial
+        re-decode is in flight on the ASR worker when the short pause asks for the
+        preview (the preview would wait for it, and speculation would start late)."""
+        utt, c = self._utt, self._count
+        if utt is None or utt.end_sample is not None:
+            return
+        if frame.voiced:
+            c.quiet_ms = 0
+            if c.quiet_hold:
+                c.quiet_hold = False
+                self.asr.hold_partials(utt.utt_id, False)
+            return
+        c.quiet_ms += frame.duration_ms
+        hold_ms = self.options.quiet_hold_ms
+        if hold_ms > 0 and c.quiet_ms >= hold_ms and not c.quiet_hold:
+            c.quiet_hold = True
+            self.asr.hold_partials(utt.utt_id, True)
+
     def _turn_input(self, event: TurnInput) -> None:
-        if isinstance(event, SpeechStarted):
+        if isinstance(event, VoiceFrame):
+            self._on_voice_frame(event)
+        elif isinstance(event, SpeechStarted):
             self._emit(log.SpeechStartedEntry(event.t_ms))
         elif isinstance(event, ShortPause):
             # Decode what a final transcript would see if the turn ended here: the speech
@@ -356,6 +383,7 @@ class Pipeline:
             tail = min(self.options.asr_tail_ms, self.listener.options.short_pause_ms)
             self._pause_end_sample = (self.listener.pause_start_sample
                                       + tail * self.listener.rate // 1000)
+            self._count.quiet_hold = False  # the pause holds them now, until speech resumes
             if self._utt is not None:
                 self.asr.hold_partials(self._utt.utt_id, True)
         elif isinstance(event, SpeechResumed):

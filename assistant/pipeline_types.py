@@ -23,6 +23,9 @@ class PipelineError(RuntimeError):
 class PipelineOptions:
     asr_tail_ms: int = 200
     """Audio after the end of speech included in preview and final decodes."""
+    quiet_hold_ms: int = 40
+    """Hold display partials after this much unvoiced input in an open utterance (0: only
+    at the short pause), so the pause-time preview decode does not queue behind one."""
     presynthesize: bool = True
     """Synthesise a speculation's first clause ahead (never played unless adopted)."""
     virtual: bool = False

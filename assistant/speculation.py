@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from assistant.reply import ReplyTokens
-from audio.clauses import ClauseChunker
+from assistant.voice import ReplyChunker
 
 if TYPE_CHECKING:
     from engine import Sequence as EngineSequence
@@ -69,7 +69,9 @@ class Speculation:
     """Length of the committed conversation the fork was taken from."""
     job: Job | None = None
     reply: ReplyTokens = field(default_factory=ReplyTokens)
-    chunker: ClauseChunker = field(default_factory=ClauseChunker)
+    chunker: ReplyChunker = field(default_factory=ReplyChunker)
+    """The live reply's chunking rule (a short first clause), so a pre-synthesised
+    first clause is the one the live reply cuts."""
     first_clause: str | None = None
     """Text of the first complete clause, once there is one."""
     finish_reason: FinishReason | None = None

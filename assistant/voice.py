@@ -18,12 +18,65 @@ from audio.clauses import Clause, ClauseChunker
 from audio.tts import SpanSynthesizer
 from audio.word_timing import TTSChunk
 
-__all__ = ["ReplyVoice", "premade_clause"]
+__all__ = ["ReplyVoice", "ReplyChunker", "premade_clause", "FIRST_CLAUSE_MAX_CHARS"]
+
+FIRST_CLAUSE_MAX_CHARS = 60
+"""The first clause of a reply is cut at a space once it passes this many characters
+(about a dozen words), so its synthesis -- the first audio -- starts sooner; later clauses
+use the normal limit and keep whole-sentence prosody."""
+
+
+class ReplyChunker:
+    """:class:`~audio.clauses.ClauseChunker` with a shorter limit for the first clause.
+
+    The same rule is used for a speculative draft and for the live reply, so a clause
+    pre-synthesised for a draft is the very clause the live reply cuts. Until the first
+    clause is out, text is fed one character at a time (the cut is then made at the
+    earliest point the rule allows, exactly where a whole-delta feed would cut), and the
+    normal limit applies from the next clause on.
+    """
+
+    def __init__(self, min_clause_chars: int = 12, max_clause_chars: int = 240, *,
+                 first_max_chars: int = FIRST_CLAUSE_MAX_CHARS) -> None:
+        self._max = max_clause_chars
+        self._inner = ClauseChunker(min_clause_chars, min(max_clause_chars, first_max_chars))
+        self._first_done = False
+
+    @property
+    def min_clause_chars(self) -> int:
+        return self._inner.min_clause_chars
+
+    @min_clause_chars.setter
+    def min_clause_chars(self, value: int) -> None:
+        self._inner.min_clause_chars = value
+        self._inner.max_clause_chars = max(self._inner.max_clause_chars, value + 1)
+
+    @property
+    def text(self) -> str:
+        return self._inner.text
+
+    @property
+    def pending(self) -> str:
+        return self._inner.pending
+
+    def feed(self, delta: str) -> list[Clause]:
+        if self._first_done:
+            return self._inner.feed(delta)
+        for i, ch in enumerate(delta):
+            out = self._inner.feed(ch)
+            if out:
+                self._first_done = True
+                self._inner.max_clause_chars = max(self._max, self._inner.min_clause_chars + 1)
+                return out + self._inner.feed(delta[i + 1:])
+        return []
+
+    def flush(self) -> list[Clause]:
+        return self._inner.flush()
 
 
 def premade_clause(text: str, min_clause_chars: int) -> Clause | None:
     """The first clause the reply chunker cuts from a reply starting with ``text``."""
-    chunker = ClauseChunker(min_clause_chars)
+    chunker = ReplyChunker(min_clause_chars)
     clauses = chunker.feed(text)
     return clauses[0] if clauses else None
 
@@ -36,7 +89,7 @@ class ReplyVoice:
                  premade: Sequence[TTSChunk] = ()) -> None:
         self.synthesizer = synthesizer
         self.turn_id = turn_id
-        self._chunker = ClauseChunker(min_clause_chars, max_clause_chars)
+        self._chunker = ReplyChunker(min_clause_chars, max_clause_chars)
         self._premade = {(c.char_start, c.text): c for c in premade}
         self._chunks: list[TTSChunk] = []
         self._next_sample = 0
