@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from assistant.errors import ConfigError
 
@@ -92,6 +92,12 @@ class TtsConfig(_Section):
 class EchoConfig(_Section):
     mode: Literal["off", "gate", "aec"] = "gate"
     gate_margin_db: float = 10.0
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads an unquoted `off` as the boolean false.
+        return "off" if value is False else value
 
 
 class EngineConfig(_Section):

@@ -91,3 +91,11 @@ def test_parse_override() -> None:
 def test_list_values_become_tuples(tmp_path: Path) -> None:
     cfg = load_config(write(tmp_path, "llm:\n  stop: ['User:', '###']\n"), env={})
     assert cfg.llm.stop == ("User:", "###")
+
+
+def test_unquoted_yaml_off_means_off(tmp_path: Path) -> None:
+    cfg = load_config(write(tmp_path, "echo:\n  mode: off\n"), env={})
+    assert cfg.echo.mode == "off"
+    assert load_config(PROJECT_CONFIG, env={"ASSISTANT__ECHO__MODE": "off"}).echo.mode == "off"
+    with pytest.raises(ConfigError, match="echo.mode"):
+        load_config(write(tmp_path, "echo:\n  mode: on\n"), env={})
