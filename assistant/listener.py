@@ -87,6 +87,13 @@ class Listener:
         self._pending = np.zeros(0, np.float32)
         self._pending_start = 0
         self._voiced: deque[tuple[int, bool]] = deque(maxlen=200)  # (frame start, voiced)
+        # The half-duplex gate silences mic frames to keep the VAD from hearing the
+        # assistant, but the user's words must reach ASR whole: with the gate, the
+        # utterance audio (prefix padding included) is the ungated mic signal, so a
+        # barge-in does not lose its first syllable. (AEC output is clean: used as is.)
+        self._raw_utterance = echo is not None and echo.options.mode == "gate"
+        self._raw_pending = np.zeros(0, np.float32)
+        self._raw_frames: deque[tuple[int, npt.NDArray[np.float32]]] = deque(maxlen=200)
         self.frames = 0
         self.pause_start_sample = 0
         """Where the latest short pause began (the end of the speech before it)."""
@@ -100,20 +107,28 @@ class Listener:
 
     def process(self, chunk: AudioChunk) -> list[ListenerOutput]:
         """Feed one input chunk (at the VAD rate); return what it caused, in order."""
+        raw = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
         if self.echo is not None:
             chunk = self.echo.process(chunk)
         pcm = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
         if self._pending.size == 0 or self._pending_start + self._pending.size != chunk.start_sample:
             self._pending, self._pending_start = pcm, chunk.start_sample
+            self._raw_pending = raw if self._raw_utterance else self._raw_pending
         else:
             self._pending = np.concatenate([self._pending, pcm])
+            if self._raw_utterance:
+                self._raw_pending = np.concatenate([self._raw_pending, raw])
         out: list[ListenerOutput] = []
         n = self._frame
         while self._pending.size >= n:
             frame, start = self._pending[:n], self._pending_start
             self._pending = self._pending[n:]
             self._pending_start += n
-            out.extend(self._frame_step(frame, start))
+            heard = frame
+            if self._raw_utterance and self._raw_pending.size >= n:
+                heard, self._raw_pending = self._raw_pending[:n], self._raw_pending[n:]
+                self._raw_frames.append((start, heard))
+            out.extend(self._frame_step(frame, start, heard))
         return out
 
     def flush(self) -> list[ListenerOutput]:
@@ -124,7 +139,8 @@ class Listener:
             out.extend(self._translate(ev))
         return out
 
-    def _frame_step(self, frame: npt.NDArray[np.float32], start: int) -> list[ListenerOutput]:
+    def _frame_step(self, frame: npt.NDArray[np.float32], start: int,
+                    heard: npt.NDArray[np.float32]) -> list[ListenerOutput]:
         was_open = self.vad.in_speech
         events = self.vad.process(AudioChunk(frame, self.rate, start))
         self.frames += 1
@@ -137,7 +153,7 @@ class Listener:
         # The frame first: a SpeechStarted below already counts it in its voiced_ms.
         out: list[ListenerOutput] = [VoiceFrame(self.ms(start), voiced, self.ms(self._frame))]
         if was_open and self.vad.in_speech:
-            out.append(UtteranceAudio(frame.copy(), start))
+            out.append(UtteranceAudio(heard.copy(), start))
         for ev in events:
             out.extend(self._translate(ev))
         return out
@@ -147,7 +163,8 @@ class Listener:
         if isinstance(ev, vad_mod.SpeechStarted):
             voiced_ms = sum(self.ms(self._frame) for s, v in self._voiced
                             if v and ev.start_sample <= s < ev.detected_sample)
-            return [UtteranceOpened(np.asarray(ev.pcm, np.float32), ev.audio_start_sample),
+            pcm = self._ungated(np.asarray(ev.pcm, np.float32), ev.audio_start_sample)
+            return [UtteranceOpened(pcm, ev.audio_start_sample),
                     SpeechStarted(t, voiced_ms=voiced_ms)]
         if isinstance(ev, vad_mod.ShortPause):
             self.pause_start_sample = ev.start_sample
@@ -158,3 +175,15 @@ class Listener:
             return [UtteranceClosed(ev.end_sample),
                     EndOfTurn(t, speech_end_ms=self.ms(ev.end_sample))]
         return []
+
+    def _ungated(self, pcm: npt.NDArray[np.float32], start: int) -> npt.NDArray[np.float32]:
+        """``pcm`` (the VAD's view from ``start``) with the ungated mic audio where kept."""
+        if not self._raw_utterance:
+            return pcm
+        out = pcm.copy()
+        for frame_start, frame in self._raw_frames:
+            lo = frame_start - start
+            if lo < 0 or lo + frame.size > out.size:
+                continue
+            out[lo:lo + frame.size] = frame
+        return out

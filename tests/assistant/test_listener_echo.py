@@ -1,0 +1,71 @@
+"""The half-duplex gate keeps the VAD from hearing the assistant, but a barge-in's words
+must reach ASR whole: the utterance audio is the ungated mic signal."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from assistant.listener import Listener, UtteranceAudio, UtteranceOpened
+from audio import vad as vad_mod
+from audio.chunk import AudioChunk
+from audio.echo import EchoOptions, EchoProcessor
+from audio.resample import resample
+
+RATE = 16000
+
+
+@pytest.fixture(scope="module")
+def user_speech(piper_voice_paths: tuple[Path, Path]) -> np.ndarray:
+    from piper import PiperVoice
+
+    voice = PiperVoice.load(piper_voice_paths[0], config_path=piper_voice_paths[1])
+    pcm = np.concatenate([c.audio_float_array for c in voice.synthesize("Stop, please.")])
+    pcm = np.asarray(resample(pcm, voice.config.sample_rate, RATE), np.float32)
+    nz = np.flatnonzero(np.abs(pcm) > 1e-3)
+    return pcm[nz[0]: nz[-1] + 1]
+
+
+def run_listener(mode: str, mic: np.ndarray, far_end: np.ndarray) -> tuple[np.ndarray, int]:
+    """Feed `mic` while `far_end` plays; return the utterance audio and where it starts."""
+    echo = EchoProcessor(EchoOptions(mode=mode))  # type: ignore[arg-type]
+    echo.push_reference(AudioChunk(far_end, RATE, 0))
+    listener = Listener(vad_mod.VadOptions(), echo)
+    audio: list[np.ndarray] = []
+    start = -1
+    step = RATE // 50
+    for lo in range(0, mic.size, step):
+        for out in listener.process(AudioChunk(mic[lo: lo + step], RATE, lo)):
+            if isinstance(out, UtteranceOpened):
+                audio, start = [out.pcm], out.start_sample
+            elif isinstance(out, UtteranceAudio) and start >= 0:
+                audio.append(out.pcm)
+    assert start >= 0, "the barge-in was not detected"
+    return np.concatenate(audio), start
+
+
+def test_barge_in_onset_reaches_asr_ungated(user_speech: np.ndarray) -> None:
+    at = RATE  # the user starts one second into the assistant's reply
+    speech = 0.9 * user_speech / np.max(np.abs(user_speech))
+    onset = RATE * 150 // 1000
+    speech[:onset] *= 0.05  # a soft first syllable: quieter than the far end
+    mic = np.zeros(at + speech.size + RATE, np.float32)
+    mic[at: at + speech.size] = speech
+    rng = np.random.default_rng(0)
+    far_end = (0.02 * rng.standard_normal(mic.size)).astype(np.float32)
+    mic += 0.02 * far_end  # its echo, well below the far end itself
+
+    got, start = run_listener("gate", mic, far_end)
+    lo = at - start
+    assert lo >= 0, "the utterance (with its prefix padding) must cover the soft onset"
+    expected = mic[start: start + got.size]
+    np.testing.assert_allclose(got, expected, atol=1e-6)
+    assert np.abs(got[lo: lo + onset]).max() > 0.01  # the soft onset survived the gate
+
+    # The VAD itself did hear the gated signal: the gate silenced the onset frames.
+    echo = EchoProcessor(EchoOptions(mode="gate"))
+    echo.push_reference(AudioChunk(far_end, RATE, 0))
+    gated = echo.process(AudioChunk(mic, RATE, 0)).pcm
+    assert np.abs(np.asarray(gated)[at: at + onset // 2]).max() == 0.0
