@@ -23,13 +23,14 @@ if TYPE_CHECKING:
     from audio.asr import Transcriber
     from audio.clock import Clock
     from audio.echo import EchoOptions, EchoProcessor
-    from audio.sinks import Sink
+    from audio.sinks import Sink, SpeakerSink
+    from audio.sources import MicSource
     from audio.tts import Synthesizer
     from audio.vad import VadOptions
     from engine import ChatTemplate, Engine
 
-__all__ = ["LoopModels", "load_models", "build_pipeline", "vad_options", "echo_options",
-           "dialogue_options", "turn_options"]
+__all__ = ["LiveAudio", "LoopModels", "load_models", "build_pipeline", "vad_options",
+           "echo_options", "dialogue_options", "turn_options", "open_live_audio"]
 
 
 @dataclass
@@ -92,6 +93,34 @@ def echo_options(cfg: AppConfig) -> EchoOptions:
 
     return EchoOptions(mode=cfg.echo.mode, gate_margin_db=cfg.echo.gate_margin_db,
                        sample_rate=cfg.audio.sample_rate)
+
+
+@dataclass
+class LiveAudio:
+    """The live microphone and speaker on one device clock, with the echo processor
+    (None when ``echo.mode`` is off) fed by exactly what the speaker plays."""
+
+    clock: Clock
+    echo: EchoProcessor | None
+    sink: SpeakerSink
+    mic: MicSource
+
+
+def open_live_audio(cfg: AppConfig, models: LoopModels) -> LiveAudio:
+    """Open the configured devices for the live loop (``talk``, ``serve --local-audio``)."""
+    from audio.clock import DeviceClock
+    from audio.echo import EchoProcessor
+    from audio.sinks import SpeakerSink
+    from audio.sources import MicSource
+
+    clock = DeviceClock(cfg.audio.sample_rate)
+    echo = EchoProcessor(echo_options(cfg)) if cfg.echo.mode != "off" else None
+    sink = SpeakerSink(clock, models.synthesizer.sample_rate, cfg.audio.output_device,
+                       cfg.audio.output_buffer_ms,
+                       tap=echo.push_reference if echo is not None else None)
+    mic = MicSource(clock, cfg.audio.sample_rate, cfg.audio.frame_ms, cfg.audio.input_device,
+                    cfg.audio.mic_queue_frames)
+    return LiveAudio(clock, echo, sink, mic)
 
 
 def dialogue_options(cfg: AppConfig) -> DialogueOptions:

@@ -105,14 +105,10 @@ async def converse(pipeline: Any, frames: Any, stop: asyncio.Event,
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from assistant.loop_setup import build_pipeline, echo_options, load_models
+    from assistant.loop_setup import build_pipeline, load_models, open_live_audio
     from assistant.pipeline import PipelineOptions
     from assistant.replay_run import threaded_frames
-    from audio.clock import DeviceClock
     from audio.devices import resolve_device
-    from audio.echo import EchoProcessor
-    from audio.sinks import SpeakerSink
-    from audio.sources import MicSource
 
     # Fail on a missing device before spending seconds on the models.
     resolve_device(cfg.audio.input_device, "input")
@@ -121,14 +117,8 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     view = TerminalView()
 
     async def main() -> None:
-        rate = cfg.audio.sample_rate
-        clock = DeviceClock(rate)
-        echo = EchoProcessor(echo_options(cfg)) if cfg.echo.mode != "off" else None
-        sink = SpeakerSink(clock, models.synthesizer.sample_rate, cfg.audio.output_device,
-                           cfg.audio.output_buffer_ms,
-                           tap=echo.push_reference if echo is not None else None)
-        mic = MicSource(clock, rate, cfg.audio.frame_ms, cfg.audio.input_device,
-                        cfg.audio.mic_queue_frames)
+        live = open_live_audio(cfg, models)
+        clock, echo, sink, mic = live.clock, live.echo, live.sink, live.mic
         pipeline = build_pipeline(models, cfg, clock=clock, sink=sink, echo=echo, virtual=False,
                                   on_entry=view, pipeline_options=PipelineOptions(
                                       output_gain_db=args.output_gain))

@@ -89,24 +89,14 @@ class ServeRuntime:
         from assistant.commands.talk import converse
         from assistant.dialogue import Dialogue
         from assistant.listener import Listener
-        from assistant.loop_setup import echo_options
+        from assistant.loop_setup import open_live_audio
         from assistant.pipeline import Pipeline
         from assistant.replay_run import threaded_frames
         from assistant.turn_manager import TurnManager
-        from audio.clock import DeviceClock
-        from audio.echo import EchoProcessor
-        from audio.sinks import SpeakerSink
-        from audio.sources import MicSource
 
-        cfg, models = self.cfg, self.models
-        rate = cfg.audio.sample_rate
-        clock = DeviceClock(rate)
-        echo = EchoProcessor(echo_options(cfg)) if cfg.echo.mode != "off" else None
-        sink = SpeakerSink(clock, models.synthesizer.sample_rate, cfg.audio.output_device,
-                           cfg.audio.output_buffer_ms,
-                           tap=echo.push_reference if echo is not None else None)
-        mic = MicSource(clock, rate, cfg.audio.frame_ms, cfg.audio.input_device,
-                        cfg.audio.mic_queue_frames)
+        models = self.models
+        live = open_live_audio(self.cfg, models)
+        clock, echo, sink, mic = live.clock, live.echo, live.sink, live.mic
         dialogue = await asyncio.to_thread(
             self.gate.run,
             lambda: Dialogue(models.engine, models.template, self.dialogue_options))
