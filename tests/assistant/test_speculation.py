@@ -7,21 +7,13 @@ script forces the reply to depend on the user's words: ``You said <words>. Fine,
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import pytest
 
 from assistant.dialogue import Dialogue, DialogueOptions, ReplyDelta, SpeculationDrafted
 from assistant.speculation import common_prefix_len, resolve
-from engine.chat_template import ChatTemplate, Message
+from engine.chat_template import ChatTemplate
 from tests.engine.fake_runner import ByteTokenizer, FakeRunner, assert_cache_matches, make_engine
-
-START, END = "<|im_start|>", "<|im_end|>"
-
-
-def chatml(messages: Sequence[Message], add_generation_prompt: bool) -> str:
-    text = "".join(f"{START}{m['role']}\n{m['content']}{END}\n" for m in messages)
-    return text + (f"{START}assistant\n" if add_generation_prompt else "")
+from tests.replay.fakes import END, START, chatml, scripted_next_token
 
 
 def scripted_reply(user: str) -> str:
@@ -31,28 +23,8 @@ def scripted_reply(user: str) -> str:
 class Harness:
     def __init__(self, *, marker: bool = False, spec_tokens: int = 24) -> None:
         self.tok = ByteTokenizer(merges=["assistant", "user"], specials=[START, END])
-        start_id = self.tok.special_ids[START]
         end_id = self.tok.special_ids[END]
-        header = [start_id, *self.tok.encode("assistant\n")]
-        user_head = [start_id, *self.tok.encode("user\n")]
-
-        def next_token(ctx: tuple[int, ...]) -> int | None:
-            # Reply position: after the last assistant header.
-            for i in range(len(ctx) - len(header), -1, -1):
-                if list(ctx[i:i + len(header)]) == header:
-                    break
-            else:
-                return None
-            for j in range(i - 1, -1, -1):
-                if list(ctx[j:j + len(user_head)]) == user_head:
-                    break
-            user_ids = list(ctx[j + len(user_head):i])
-            user = self.tok.decode([t for t in user_ids if t < 256])
-            target = self.tok.encode(scripted_reply(user))
-            done = list(ctx[i + len(header):])
-            if done == target[: len(done)] and len(done) < len(target):
-                return target[len(done)]
-            return end_id
+        next_token = scripted_next_token(self.tok, scripted_reply)
 
         self.engine, self.runner = make_engine(
             page_size=4, num_pages=512, vocab_size=self.tok.vocab_size,

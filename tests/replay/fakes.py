@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -96,8 +96,10 @@ def chatml(messages: Sequence[Message], add_generation_prompt: bool) -> str:
     return text + (f"{START}assistant\n" if add_generation_prompt else "")
 
 
-def scripted_dialogue(**options: object) -> Dialogue:
-    tok = ByteTokenizer(merges=["assistant", "user"], specials=[START, END])
+def scripted_next_token(tok: ByteTokenizer,
+                        reply: Callable[[str], str]) -> Callable[[tuple[int, ...]], int | None]:
+    """A fake model over ChatML ids: after the last assistant header it spells out
+    ``reply(<last user message>)`` and then the end-of-turn id."""
     start_id, end_id = tok.special_ids[START], tok.special_ids[END]
     header = [start_id, *tok.encode("assistant\n")]
     user_head = [start_id, *tok.encode("user\n")]
@@ -112,11 +114,19 @@ def scripted_dialogue(**options: object) -> Dialogue:
             if list(ctx[j:j + len(user_head)]) == user_head:
                 break
         user = tok.decode([t for t in ctx[j + len(user_head):i] if t < 256])
-        target = tok.encode(scripted_reply(user))
+        target = tok.encode(reply(user))
         done = list(ctx[i + len(header):])
         if done == target[:len(done)] and len(done) < len(target):
             return target[len(done)]
         return end_id
+
+    return next_token
+
+
+def scripted_dialogue(**options: object) -> Dialogue:
+    tok = ByteTokenizer(merges=["assistant", "user"], specials=[START, END])
+    end_id = tok.special_ids[END]
+    next_token = scripted_next_token(tok, scripted_reply)
 
     engine, _ = make_engine(page_size=8, num_pages=1024, vocab_size=tok.vocab_size,
                             eos_token_ids=(end_id,), next_token=next_token, tokenizer=tok)
