@@ -43,7 +43,7 @@ sysdeps:
 # packaged voice) through the full stack -- VAD, ASR, engine, TTS -- including a barge-in,
 # prints the conversation and its metrics, and writes demo_out/heard.wav.
 demo: venv sysdeps
-	$(PY) -m assistant.demo
+	$(PY) -m assistant.app.demo
 
 lint: venv
 	$(VENV)/bin/ruff check .

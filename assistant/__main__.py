@@ -2,6 +2,6 @@
 
 import sys
 
-from assistant.cli import main
+from assistant.app.cli import main
 
 sys.exit(main())

@@ -47,8 +47,8 @@ def timed(fn: Callable[[], Any], repeat: int, cpu: bool = False) -> tuple[float,
 def load_models() -> tuple[Any, Any, Path]:
     from piper import PiperVoice
 
-    from assistant.config import load_config
-    from assistant.models import resolve_asr, resolve_voice
+    from assistant.app.config import load_config
+    from assistant.app.models import resolve_asr, resolve_voice
     from audio.asr import ASROptions, Transcriber
 
     cfg = load_config(Path(__file__).resolve().parents[1] / "config.yaml", env={})

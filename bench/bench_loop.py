@@ -21,13 +21,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assistant import event_log as log
-from assistant.config import AppConfig, default_config_path, load_config
-from assistant.loop_setup import LoopModels, load_models
-from assistant.metrics import Metrics, percentile
-from assistant.replay_run import ReplayOptions, replay_sync
-from assistant.report import format_table
-from assistant.scenario import Say, render_scenario
+from assistant.app.config import AppConfig, default_config_path, load_config
+from assistant.app.report import format_table
+from assistant.loop import event_log as log
+from assistant.loop.metrics import Metrics, percentile
+from assistant.loop.setup import LoopModels, load_models
+from assistant.replay.run import ReplayOptions, replay_sync
+from assistant.replay.scenario import Say, render_scenario
 from audio.wav import write_wav
 
 QUESTIONS = (

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from assistant.config import AppConfig, load_config
-from assistant.models import resolve_asr, resolve_llm, resolve_voice
+from assistant.app.config import AppConfig, load_config
+from assistant.app.models import resolve_asr, resolve_llm, resolve_voice
 
 
 @pytest.fixture(scope="session")

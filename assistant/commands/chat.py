@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, TextIO
 
-from assistant.config import AppConfig
+from assistant.app.config import AppConfig
 
 if TYPE_CHECKING:
     from engine import Engine, SamplingParams, Sequence
@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from assistant.models import resolve_llm
+    from assistant.app.models import resolve_llm
     from engine import Engine, SamplingParams
     from engine.chat_template import ChatTemplate
 

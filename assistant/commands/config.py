@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from assistant.config import AppConfig
+from assistant.app.config import AppConfig
 
 __all__ = ["register", "run"]
 
@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     import yaml
 
-    from assistant.errors import ConfigError
+    from assistant.app.errors import ConfigError
 
     data = cfg.to_yaml_dict()
     if args.section:

@@ -15,8 +15,8 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
-from assistant.config import AppConfig
-from assistant.errors import UserError
+from assistant.app.config import AppConfig
+from assistant.app.errors import UserError
 
 if TYPE_CHECKING:
     from audio.chunk import AudioChunk
@@ -181,7 +181,7 @@ def listen(args: argparse.Namespace, cfg: AppConfig, out: TextIO) -> ListenRepor
 
 
 def _load_asr(cfg: AppConfig) -> Any:
-    from assistant.models import resolve_asr
+    from assistant.app.models import resolve_asr
     from audio.asr import ASROptions, Transcriber
 
     options = ASROptions(

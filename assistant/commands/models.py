@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from assistant.config import AppConfig
+from assistant.app.config import AppConfig
 
 __all__ = ["ModelReport", "inspect_models", "register", "run"]
 
@@ -59,7 +59,7 @@ def _size(path: Path) -> int:
 
 
 def inspect_models(cfg: AppConfig, *, load: bool = True) -> list[ModelReport]:
-    from assistant import models
+    from assistant.app import models
 
     def asr() -> tuple[Path, Callable[[], str]]:
         path = models.resolve_asr(cfg)

@@ -6,8 +6,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from assistant.config import AppConfig
-from assistant.errors import UserError
+from assistant.app.config import AppConfig
+from assistant.app.errors import UserError
 
 __all__ = ["register", "run"]
 
@@ -44,9 +44,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from assistant.loop_setup import load_models
-    from assistant.replay_run import ReplayOptions, replay_sync, write_outputs
-    from assistant.report import format_conversation, format_metrics
+    from assistant.app.report import format_conversation, format_metrics
+    from assistant.loop.setup import load_models
+    from assistant.replay.run import ReplayOptions, replay_sync, write_outputs
     from audio.wav import read_wav_info
 
     wav: Path = args.input

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from assistant.config import AppConfig
+from assistant.app.config import AppConfig
 
 if TYPE_CHECKING:
     from audio.word_timing import TTSChunk
@@ -45,8 +45,8 @@ def read_text(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from assistant.errors import UserError
-    from assistant.models import resolve_voice
+    from assistant.app.errors import UserError
+    from assistant.app.models import resolve_voice
     from audio.tts import Synthesizer, TTSOptions
     from audio.word_timing import split_words
 

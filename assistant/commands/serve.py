@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from assistant.config import AppConfig
+    from assistant.app.config import AppConfig
 
 __all__ = ["register", "run"]
 
@@ -63,7 +63,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _token(cfg: AppConfig) -> str | None:
-    from assistant.serve.auth import load_token
+    from assistant.serve.transport.auth import load_token
 
     path = cfg.server.token_file
     if path is None:
@@ -77,10 +77,10 @@ def _token(cfg: AppConfig) -> str | None:
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     import asyncio
 
-    from assistant.errors import UserError
-    from assistant.serve.auth import is_loopback
-    from assistant.serve.limits import ServerLimits
-    from assistant.serve.server import ServerOptions
+    from assistant.app.errors import UserError
+    from assistant.serve.transport.auth import is_loopback
+    from assistant.serve.transport.limits import ServerLimits
+    from assistant.serve.transport.server import ServerOptions
 
     token = _token(cfg)
     if not is_loopback(cfg.server.host) and token is None:
@@ -123,7 +123,7 @@ async def _serve(cfg: AppConfig, options: Any, *, local_audio: bool) -> int:
     import signal
 
     from assistant.serve.runtime import build_runtime
-    from assistant.serve.server import RealtimeServer
+    from assistant.serve.transport.server import RealtimeServer
 
     log = logging.getLogger("assistant.serve")
     runtime = await asyncio.to_thread(build_runtime, cfg)

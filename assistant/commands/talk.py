@@ -10,8 +10,8 @@ import sys
 from collections.abc import Callable
 from typing import IO, Any
 
-from assistant.config import AppConfig
-from assistant.event_log import (
+from assistant.app.config import AppConfig
+from assistant.loop.event_log import (
     Entry,
     ResponseDoneEntry,
     SpeculationHitEntry,
@@ -105,9 +105,9 @@ async def converse(pipeline: Any, frames: Any, stop: asyncio.Event,
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from assistant.loop_setup import build_pipeline, load_models, open_live_audio
-    from assistant.pipeline import PipelineOptions
-    from assistant.replay_run import threaded_frames
+    from assistant.loop.pipeline import PipelineOptions
+    from assistant.loop.setup import build_pipeline, load_models, open_live_audio
+    from assistant.replay.run import threaded_frames
     from audio.devices import resolve_device
 
     # Fail on a missing device before spending seconds on the models.

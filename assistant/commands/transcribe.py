@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from assistant.config import AppConfig
+from assistant.app.config import AppConfig
 
 __all__ = ["register", "run", "transcript_json"]
 
@@ -27,7 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from assistant.models import resolve_asr
+    from assistant.app.models import resolve_asr
     from audio.asr import ASROptions, Transcriber
     from audio.wav import load_for_asr
 

@@ -1,16 +1,15 @@
 """``assistant serve``: a headless daemon speaking a subset of the OpenAI Realtime API.
 
-Modules, one idea each:
+Packages, one layer each:
 
-- :mod:`~assistant.serve.client_events` / :mod:`~assistant.serve.server_events`: the wire
-  events as frozen dataclasses; :mod:`~assistant.serve.protocol`: the JSON codec (both
-  directions, both the GA and the older beta event names).
-- :mod:`~assistant.serve.backend`: the `SessionBackend` interface a conversation runs
-  behind, and the events it reports.
+- :mod:`~assistant.serve.protocol`: the wire -- client and server events as frozen
+  dataclasses, the JSON codec (GA and beta names), session settings, item/response framing.
+- :mod:`~assistant.serve.transport`: the WebSocket server with ``/healthz`` and
+  ``/metrics``, one connection's tasks, bearer tokens, admission and queue bounds.
 - :mod:`~assistant.serve.session`: one client's protocol state (items, responses, ids).
-- :mod:`~assistant.serve.server`: the WebSocket server, HTTP ``/healthz`` and ``/metrics``.
-- :mod:`~assistant.serve.auth`, :mod:`~assistant.serve.limits`,
-  :mod:`~assistant.serve.metrics`: bearer tokens, admission and queue bounds, Prometheus.
+- :mod:`~assistant.serve.backend`: the `SessionBackend` contract a conversation runs
+  behind, and the real one over the live loop and the shared engine thread.
+- :mod:`~assistant.serve.runtime`: what a daemon process shares between sessions.
 
 Nothing is imported here, so importing a submodule stays cheap.
 """

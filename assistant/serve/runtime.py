@@ -17,13 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from assistant.serve.backend import SessionBackend, SessionSettings, TurnDetectionSettings
-from assistant.serve.settings import ServedModels
-from assistant.serve.shared_engine import EngineGate, GatedDialogue
+from assistant.serve.backend.contract import SessionBackend, SessionSettings, TurnDetectionSettings
+from assistant.serve.backend.shared_engine import EngineGate, GatedDialogue
+from assistant.serve.protocol.settings import ServedModels
 
 if TYPE_CHECKING:
-    from assistant.config import AppConfig
-    from assistant.loop_setup import LoopModels
+    from assistant.app.config import AppConfig
+    from assistant.loop.setup import LoopModels
 
 __all__ = ["ServeRuntime", "build_runtime", "runtime_from_models"]
 
@@ -46,7 +46,7 @@ class ServeRuntime:
     _stats: dict[str, int] = field(default_factory=dict)
 
     def backend_factory(self, settings: SessionSettings) -> SessionBackend:
-        from assistant.serve.pipeline_backend import PipelineBackend
+        from assistant.serve.backend.pipeline_backend import PipelineBackend
 
         return PipelineBackend(self, settings)
 
@@ -87,12 +87,12 @@ class ServeRuntime:
         """The local microphone/speaker loop (as ``assistant talk``), headless, on the
         shared engine, until ``stop`` is set."""
         from assistant.commands.talk import converse
-        from assistant.dialogue import Dialogue
-        from assistant.listener import Listener
-        from assistant.loop_setup import open_live_audio
-        from assistant.pipeline import Pipeline
-        from assistant.replay_run import threaded_frames
-        from assistant.turn_manager import TurnManager
+        from assistant.dialogue.dialogue import Dialogue
+        from assistant.loop.pipeline import Pipeline
+        from assistant.loop.setup import open_live_audio
+        from assistant.replay.run import threaded_frames
+        from assistant.speech.listener import Listener
+        from assistant.turns.turn_manager import TurnManager
 
         models = self.models
         live = open_live_audio(self.cfg, models)
@@ -122,7 +122,7 @@ class ServeRuntime:
 
 def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
     """A runtime over already loaded models (tests and benchmarks share one load)."""
-    from assistant.loop_setup import dialogue_options, turn_options, vad_options
+    from assistant.loop.setup import dialogue_options, turn_options, vad_options
     from audio.streaming_asr import StreamingASROptions
 
     voice = Path(str(getattr(models.synthesizer, "model_path", "voice"))).name
@@ -151,6 +151,6 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
 
 def build_runtime(cfg: AppConfig, progress: Callable[[str], None] | None = None) -> ServeRuntime:
     """Load every model named by ``cfg`` (seconds) and wrap them for serving."""
-    from assistant.loop_setup import load_models
+    from assistant.loop.setup import load_models
 
     return runtime_from_models(cfg, load_models(cfg, progress=progress))

@@ -11,7 +11,7 @@ response in progress and the order of the events a response produces::
     response.output_audio_transcript.done, response.content_part.done,
     response.output_item.done, response.done
 
-It owns no socket and no task: the connection (:mod:`assistant.serve.server`) feeds it
+It owns no socket and no task: the connection (:mod:`assistant.serve.transport.server`) feeds it
 and passes an async ``send`` that enqueues events for the writer (and raises when the
 client stopped reading).
 """
@@ -28,12 +28,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import MISSING
 
-from assistant.serve import backend as B
-from assistant.serve import client_events as C
-from assistant.serve import server_events as S
-from assistant.serve.metrics import ServerMetrics
-from assistant.serve.protocol import ProtocolError
-from assistant.serve.responses import (
+from assistant.serve.backend import contract as B
+from assistant.serve.protocol import client_events as C
+from assistant.serve.protocol import server_events as S
+from assistant.serve.protocol.codec import ProtocolError
+from assistant.serve.protocol.responses import (
     ActiveResponse,
     IdFactory,
     ItemRecord,
@@ -41,7 +40,8 @@ from assistant.serve.responses import (
     opening_events,
     response_shape,
 )
-from assistant.serve.settings import ServedModels, apply_update, describe_session
+from assistant.serve.protocol.settings import ServedModels, apply_update, describe_session
+from assistant.serve.transport.metrics import ServerMetrics
 
 __all__ = ["IdFactory", "RealtimeSession"]
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from assistant.cli import COMMANDS, build_parser, main
+from assistant.app.cli import COMMANDS, build_parser, main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from assistant.cli import main
+from assistant.app.cli import main
 from audio.resample import resample
 from audio.wav import write_wav
 from tests.audio.speech_fixtures import RATE, layout, scale_to_dbfs, synth_piper

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from assistant.cli import main
+from assistant.app.cli import main
 from audio.wav import read_wav, wav_bytes
 
 

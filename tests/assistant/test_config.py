@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from assistant.config import AppConfig, load_config, parse_override
-from assistant.errors import ConfigError
+from assistant.app.config import AppConfig, load_config, parse_override
+from assistant.app.errors import ConfigError
 
 PROJECT_CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
 

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from assistant.conversation import INTERRUPTED_MARKER, Conversation
-from assistant.reply import ReplyTokens
+from assistant.dialogue.conversation import INTERRUPTED_MARKER, Conversation
+from assistant.dialogue.reply import ReplyTokens
 from engine.chat_template import ChatTemplate, Message
 from tests.engine.fake_runner import ByteTokenizer
 

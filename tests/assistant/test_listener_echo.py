@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from assistant.listener import Listener, UtteranceAudio, UtteranceOpened
+from assistant.speech.listener import Listener, UtteranceAudio, UtteranceOpened
 from audio import vad as vad_mod
 from audio.chunk import AudioChunk
 from audio.echo import EchoOptions, EchoProcessor

@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from assistant import event_log as log
-from assistant.metrics import compute_metrics, percentile
-from assistant.playback import ReplyPlayback
-from assistant.voice import ReplyVoice, premade_clause
-from assistant.workers import Worker, WorkerFailed
+from assistant.loop import event_log as log
+from assistant.loop.metrics import compute_metrics, percentile
+from assistant.loop.playback import ReplyPlayback
+from assistant.loop.workers import Worker, WorkerFailed
+from assistant.speech.voice import ReplyVoice, premade_clause
 from audio.clock import VirtualClock
 from audio.sinks import NullSink
 from tests.replay.fakes import ToneSynthesizer
@@ -205,7 +205,7 @@ def test_worker_serves_control_first_and_reports_idle_and_failures() -> None:
 
 
 def test_a_withdrawal_that_overtakes_its_turn_start_leaves_the_history_intact() -> None:
-    from assistant.model_workers import EngineWorker, TurnWithdrawn
+    from assistant.loop.model_workers import EngineWorker, TurnWithdrawn
     from tests.replay.fakes import scripted_dialogue
 
     posted: list[object] = []

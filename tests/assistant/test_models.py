@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from assistant import models
-from assistant.config import AppConfig, load_config
-from assistant.errors import ModelNotFoundError, UserError
-from assistant.llm_convert import COMPLETE_MARKER, convert_gguf, converted_dir_for
+from assistant.app import models
+from assistant.app.config import AppConfig, load_config
+from assistant.app.errors import ModelNotFoundError, UserError
+from assistant.app.llm_convert import COMPLETE_MARKER, convert_gguf, converted_dir_for
 
 
 def cfg_with(tmp_path: Path, text: str) -> AppConfig:

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from assistant.dialogue import Dialogue, DialogueOptions, ReplyDelta, SpeculationDrafted
-from assistant.speculation import common_prefix_len, resolve
+from assistant.dialogue.dialogue import Dialogue, DialogueOptions, ReplyDelta, SpeculationDrafted
+from assistant.dialogue.speculation import common_prefix_len, resolve
 from engine.chat_template import ChatTemplate
 from tests.engine.fake_runner import ByteTokenizer, FakeRunner, assert_cache_matches, make_engine
 from tests.replay.fakes import END, START, chatml, scripted_next_token

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from assistant import event_log as log
-from assistant.cli import main
+from assistant.app.cli import main
 from assistant.commands.talk import TerminalView, converse
+from assistant.loop import event_log as log
 
 
 def test_terminal_view_shows_state_and_transcripts() -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from assistant.events import (
+from assistant.turns.events import (
     AudioStarted,
     BargeIn,
     CancelResponse,
@@ -31,7 +31,7 @@ from assistant.events import (
     TurnInput,
     VoiceFrame,
 )
-from assistant.turn_manager import TurnManager, TurnOptions, join_text
+from assistant.turns.turn_manager import TurnManager, TurnOptions, join_text
 
 L, U, T, S = State.LISTENING, State.USER_SPEAKING, State.THINKING, State.SPEAKING
 

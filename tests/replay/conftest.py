@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from assistant.config import AppConfig, load_config
-from assistant.event_log import Entry
-from assistant.loop_setup import LoopModels, load_models
-from assistant.replay_run import ReplayOptions, ReplayOutcome, replay_sync
-from assistant.scenario import Noise, Say, Scenario, render_scenario
+from assistant.app.config import AppConfig, load_config
+from assistant.loop.event_log import Entry
+from assistant.loop.setup import LoopModels, load_models
+from assistant.replay.run import ReplayOptions, ReplayOutcome, replay_sync
+from assistant.replay.scenario import Noise, Say, Scenario, render_scenario
 from audio.resample import resample
 from audio.wav import write_wav
 

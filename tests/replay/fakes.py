@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from assistant.dialogue import Dialogue, DialogueOptions
+from assistant.dialogue.dialogue import Dialogue, DialogueOptions
 from audio.word_timing import TTSChunk, WordTiming, split_words
 from engine.chat_template import ChatTemplate, Message
 from tests.engine.fake_runner import ByteTokenizer, make_engine

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from assistant import event_log as log
-from assistant.loop_setup import LoopModels
-from assistant.scenario import Noise, Say
+from assistant.loop import event_log as log
+from assistant.loop.setup import LoopModels
+from assistant.replay.scenario import Noise, Say
 from tests.replay.conftest import Run, make_config, run_scenario, transcribe, wer, words
 
 pytestmark = pytest.mark.slow

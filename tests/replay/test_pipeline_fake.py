@@ -14,10 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from assistant import event_log as log
-from assistant.listener import Listener
-from assistant.pipeline import Pipeline, PipelineOptions, PipelineResult
-from assistant.turn_manager import TurnManager, TurnOptions
+from assistant.loop import event_log as log
+from assistant.loop.pipeline import Pipeline, PipelineOptions, PipelineResult
+from assistant.speech.listener import Listener
+from assistant.turns.turn_manager import TurnManager, TurnOptions
 from audio.chunk import AudioChunk
 from audio.clock import VirtualClock
 from audio.sinks import WavSink

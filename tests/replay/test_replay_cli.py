@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from assistant.cli import main
-from assistant.event_log import ENTRY_TYPES
-from assistant.loop_setup import LoopModels
-from assistant.scenario import Say, render_scenario
+from assistant.app.cli import main
+from assistant.loop.event_log import ENTRY_TYPES
+from assistant.loop.setup import LoopModels
+from assistant.replay.scenario import Say, render_scenario
 from audio.wav import read_wav, write_wav
 
 pytestmark = pytest.mark.slow
@@ -20,7 +20,7 @@ def test_replay_command_writes_heard_events_and_transcript(
         loop_models: LoopModels, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
     # Reuse the session's models instead of loading them again.
-    monkeypatch.setattr("assistant.loop_setup.load_models", lambda *a, **k: loop_models)
+    monkeypatch.setattr("assistant.loop.setup.load_models", lambda *a, **k: loop_models)
     scenario = render_scenario([Say("Name a big animal.")], loop_models.synthesizer)
     wav = tmp_path / "in.wav"
     write_wav(wav, scenario.pcm, scenario.sample_rate)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from assistant.config import load_config
+from assistant.app.config import load_config
 
 CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
 
@@ -15,7 +15,7 @@ CONFIG = Path(__file__).resolve().parents[2] / "config.yaml"
 @pytest.fixture(scope="session")
 def serve_runtime(llm_dir: Path) -> Any:
     """Real ASR, TTS and LLM (shorter replies keep the tests fast)."""
-    from assistant.loop_setup import load_models
+    from assistant.loop.setup import load_models
     from assistant.serve.runtime import runtime_from_models
 
     del llm_dir  # converted once by the session fixture; load_models finds it in the cache

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from assistant.serve import client_events as C
-from assistant.serve import server_events as S
+from assistant.serve.protocol import client_events as C
+from assistant.serve.protocol import server_events as S
 
 
 def client_examples() -> list[Any]:

@@ -24,7 +24,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from assistant.serve import backend as B
+from assistant.serve.backend import contract as B
 
 RATE = B.PROTOCOL_RATE
 FRAME = RATE // 50  # 20 ms

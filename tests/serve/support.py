@@ -14,10 +14,10 @@ import numpy as np
 import numpy.typing as npt
 from websockets.asyncio.client import ClientConnection, connect
 
-from assistant.serve.backend import SessionBackend, SessionSettings
-from assistant.serve.limits import ServerLimits
-from assistant.serve.server import RealtimeServer, ServerOptions
-from assistant.serve.settings import ServedModels
+from assistant.serve.backend.contract import SessionBackend, SessionSettings
+from assistant.serve.protocol.settings import ServedModels
+from assistant.serve.transport.limits import ServerLimits
+from assistant.serve.transport.server import RealtimeServer, ServerOptions
 from tests.serve.fake_backend import FakeBackend, silence, tone
 
 T = TypeVar("T")

@@ -14,10 +14,10 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from assistant.cli import main as cli_main
-from assistant.config import load_config
-from assistant.serve.limits import ServerLimits
-from assistant.serve.server import ServerOptions
+from assistant.app.cli import main as cli_main
+from assistant.app.config import load_config
+from assistant.serve.transport.limits import ServerLimits
+from assistant.serve.transport.server import ServerOptions
 from tests.serve.fake_backend import FakeBackend
 from tests.serve.support import DEFAULTS, SERVED, append_messages, run, until, utterance
 

@@ -15,8 +15,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from assistant.serve.limits import ServerLimits
-from assistant.serve.server import RealtimeServer
+from assistant.serve.transport.limits import ServerLimits
+from assistant.serve.transport.server import RealtimeServer
 from tests.serve.fake_backend import FakeBackend
 from tests.serve.support import (
     append_messages,

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from assistant.serve.limits import ClientStalled, Outbox
-from assistant.serve.network_io import NetworkSink, NetworkSource, RecordingSynthesizer
+from assistant.serve.backend.network_io import NetworkSink, NetworkSource, RecordingSynthesizer
+from assistant.serve.transport.limits import ClientStalled, Outbox
 from audio.chunk import AudioChunk
 from audio.clock import VirtualClock
 from audio.word_timing import TTSChunk, WordTiming

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from assistant.serve import client_events as C
-from assistant.serve import server_events as S
-from assistant.serve.protocol import BETA_EVENT_NAMES, Codec, Dialect, ProtocolError
+from assistant.serve.protocol import client_events as C
+from assistant.serve.protocol import server_events as S
+from assistant.serve.protocol.codec import BETA_EVENT_NAMES, Codec, Dialect, ProtocolError
 from tests.serve.examples import client_examples, server_examples
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from assistant.errors import UserError
-from assistant.serve.limits import ServerLimits
-from assistant.serve.server import RealtimeServer, ServerOptions
+from assistant.app.errors import UserError
+from assistant.serve.transport.limits import ServerLimits
+from assistant.serve.transport.server import RealtimeServer, ServerOptions
 from tests.serve.fake_backend import FakeBackend
 from tests.serve.support import (
     DEFAULTS,

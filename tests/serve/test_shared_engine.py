@@ -6,8 +6,8 @@ import threading
 import time
 from typing import Any
 
-from assistant.dialogue import ReplyDelta
-from assistant.serve.shared_engine import EngineGate, GatedDialogue
+from assistant.dialogue.dialogue import ReplyDelta
+from assistant.serve.backend.shared_engine import EngineGate, GatedDialogue
 
 
 class FakeDialogue:

@@ -1,0 +1,6 @@
+"""The application shell: CLI, typed config, logging, model resolution and the demo.
+
+Nothing is imported here, so importing a submodule stays cheap.
+"""
+
+__all__: list[str] = []

@@ -1,0 +1,294 @@
+"""Typed configuration, read in one place.
+
+Precedence, highest first: CLI flag > environment (``ASSISTANT__SECTION__KEY=value``,
+the value parsed as YAML) > the config file > built-in defaults. The built-in defaults
+equal the shipped ``config.yaml`` (a test keeps them in step). An unknown key or a value
+of the wrong type is a `ConfigError` naming the key and where the value came from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from assistant.app.errors import ConfigError
+
+__all__ = [
+    "AppConfig",
+    "AsrConfig",
+    "AudioConfig",
+    "EchoConfig",
+    "EngineConfig",
+    "LlmConfig",
+    "LoggingConfig",
+    "ModelsConfig",
+    "ServerConfig",
+    "TtsConfig",
+    "TurnsConfig",
+    "VadConfig",
+    "ENV_PREFIX",
+    "default_config_path",
+    "load_config",
+    "parse_override",
+]
+
+ENV_PREFIX = "ASSISTANT__"
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ModelsConfig(_Section):
+    asr: str = "default"
+    """'default' (packaged Whisper tiny.en) or a CTranslate2 Whisper directory."""
+    tts_voice: str = "default"
+    """'default' (packaged Piper voice), a voice name in voices_dir, or a .onnx path."""
+    llm: str = "default"
+    """'default' (packaged SmolLM2 GGUF), a .gguf file, or a transformers model directory."""
+    cache_dir: str | None = None
+    """Where converted LLM weights go; None = $XDG_CACHE_HOME/assistant."""
+    voices_dir: str = "voices"
+    """Extra Piper voices; relative paths are relative to the config file."""
+
+
+class AudioConfig(_Section):
+    sample_rate: int = Field(16000, gt=0)
+    """Internal rate in Hz for VAD and ASR."""
+    frame_ms: Literal[10, 20, 30] = 20
+    input_device: str | int | None = None
+    output_device: str | int | None = None
+    output_buffer_ms: int = Field(20, gt=0)
+    mic_queue_frames: int = Field(500, gt=0)
+
+
+class VadConfig(_Section):
+    backend: Literal["webrtc", "silero"] = "webrtc"
+    aggressiveness: int = Field(2, ge=0, le=3)
+    silero_threshold: float = Field(0.5, gt=0.0, lt=1.0)
+    min_speech_ms: int = Field(120, gt=0)
+    prefix_padding_ms: int = Field(300, ge=0)
+    short_pause_ms: int = Field(200, gt=0)
+    end_of_turn_ms: int = Field(550, gt=0)
+
+
+class AsrConfig(_Section):
+    device: Literal["cpu", "cuda", "auto"] = "cpu"
+    compute_type: str = "int8"
+    beam_size: int = Field(1, ge=1)
+    language: str | None = "en"
+    partial_interval_ms: int = Field(500, gt=0)
+
+
+class TtsConfig(_Section):
+    length_scale: float = Field(1.0, gt=0.0)
+    min_clause_chars: int = Field(12, ge=0)
+
+
+class EchoConfig(_Section):
+    mode: Literal["off", "gate", "aec"] = "gate"
+    gate_margin_db: float = 10.0
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: Any) -> Any:
+        # YAML 1.1 reads an unquoted `off` as the boolean false.
+        return "off" if value is False else value
+
+
+class EngineConfig(_Section):
+    device: Literal["cpu", "cuda"] = "cpu"
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    page_size: int = Field(16, gt=0)
+    num_pages: int = Field(2048, gt=0)
+    max_batch: int = Field(8, gt=0)
+    prefill_chunk: int = Field(512, gt=0)
+
+
+class LlmConfig(_Section):
+    system_prompt: str = (
+        "You are a helpful, concise voice assistant. "
+        "Answer in one or two short spoken sentences."
+    )
+    max_new_tokens: int = Field(96, gt=0)
+    temperature: float = Field(0.0, ge=0.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(0, ge=0)
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+
+
+class TurnsConfig(_Section):
+    barge_in_min_ms: int = Field(200, ge=0)
+    interrupted_marker: bool = False
+    speculate: bool = True
+
+
+class ServerConfig(_Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8765, ge=0, le=65535)
+    token_file: str | None = None
+    max_sessions: int = Field(8, gt=0)
+    max_message_bytes: int = Field(1_048_576, gt=0)
+    session_queue: int = Field(256, gt=0)
+
+
+class LoggingConfig(_Section):
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    json_format: bool = Field(False, alias="json")
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True)
+
+
+class AppConfig(_Section):
+    models: ModelsConfig = ModelsConfig()
+    audio: AudioConfig = AudioConfig()
+    vad: VadConfig = VadConfig()
+    asr: AsrConfig = AsrConfig()
+    tts: TtsConfig = TtsConfig()
+    echo: EchoConfig = EchoConfig()
+    engine: EngineConfig = EngineConfig()
+    llm: LlmConfig = LlmConfig()
+    turns: TurnsConfig = TurnsConfig()
+    server: ServerConfig = ServerConfig()
+    logging: LoggingConfig = LoggingConfig()
+    config_dir: Path | None = Field(default=None, exclude=True)
+    """Directory of the config file that was read (for relative paths); not a YAML key."""
+
+    def to_yaml_dict(self) -> dict[str, Any]:
+        """The effective configuration as plain YAML-able data."""
+        data = self.model_dump(mode="json", by_alias=True, exclude={"config_dir"})
+        return data
+
+
+def default_config_path(cwd: Path | None = None) -> Path | None:
+    """``./config.yaml`` if present, else the project's own ``config.yaml`` if present."""
+    here = (cwd or Path.cwd()) / "config.yaml"
+    if here.is_file():
+        return here
+    project = Path(__file__).resolve().parents[1] / "config.yaml"
+    return project if project.is_file() else None
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """Parse ``section.key=value`` (value as YAML) from ``--set``."""
+    key, sep, raw = text.partition("=")
+    if not sep or "." not in key:
+        raise ConfigError(f"--set {text!r}: expected section.key=value")
+    return key.strip(), _parse_scalar(raw)
+
+
+def load_config(
+    path: str | Path | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    use_default_file: bool = True,
+) -> AppConfig:
+    """Load the effective configuration.
+
+    `path` is the config file (None: `default_config_path()` when `use_default_file`).
+    `env` is the environment to read ``ASSISTANT__SECTION__KEY`` variables from.
+    `overrides` maps ``"section.key"`` to already-typed values from CLI flags.
+    """
+    data: dict[str, dict[str, Any]] = {}
+    origin: dict[str, str] = {}
+    file_path: Path | None = Path(path) if path is not None else None
+    if file_path is None and use_default_file:
+        file_path = default_config_path()
+    if file_path is not None:
+        _merge(data, origin, _read_file(file_path), str(file_path))
+    for name, raw in sorted((env or {}).items()):
+        if not name.startswith(ENV_PREFIX):
+            continue
+        parts = name[len(ENV_PREFIX):].lower().split("__")
+        if len(parts) != 2 or not all(parts):
+            raise ConfigError(
+                f"environment variable {name}: expected {ENV_PREFIX}SECTION__KEY"
+            )
+        _set(data, origin, parts[0], parts[1], _parse_scalar(raw), f"environment {name}")
+    for dotted, value in (overrides or {}).items():
+        section, _, key = dotted.partition(".")
+        _set(data, origin, section, key, value, "command line")
+    try:
+        cfg = AppConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, origin, file_path)) from None
+    if file_path is not None:
+        cfg = cfg.model_copy(update={"config_dir": file_path.resolve().parent})
+    return cfg
+
+
+def _read_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config file ({exc.strerror})") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{path}: top level must be a mapping of sections")
+    return loaded
+
+
+def _merge(
+    data: dict[str, dict[str, Any]],
+    origin: dict[str, str],
+    loaded: Mapping[str, Any],
+    source: str,
+) -> None:
+    for section, values in loaded.items():
+        if values is None:
+            values = {}
+        if not isinstance(values, dict):
+            raise ConfigError(f"{source}: section '{section}' must be a mapping")
+        for key, value in values.items():
+            _set(data, origin, str(section), str(key), value, source)
+
+
+def _set(
+    data: dict[str, dict[str, Any]],
+    origin: dict[str, str],
+    section: str,
+    key: str,
+    value: Any,
+    source: str,
+) -> None:
+    if isinstance(value, list):
+        value = tuple(value)
+    data.setdefault(section, {})[key] = value
+    origin[f"{section}.{key}"] = source
+    origin.setdefault(section, source)
+
+
+def _parse_scalar(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def _describe(exc: ValidationError, origin: Mapping[str, str], path: Path | None) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        dotted = ".".join(loc[:2])
+        where = origin.get(dotted) or origin.get(loc[0]) or (str(path) if path else "defaults")
+        if err["type"] == "extra_forbidden":
+            what = "unknown key" if len(loc) > 1 else "unknown section"
+            lines.append(f"{where}: {what} '{dotted}'")
+        else:
+            lines.append(f"{where}: '{dotted}': {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(lines)

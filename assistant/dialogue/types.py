@@ -1,0 +1,100 @@
+"""Values exchanged with :class:`assistant.dialogue.dialogue.Dialogue`: its options, what a turn
+start reports, and the outputs of its steps (all frozen)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from assistant.dialogue.conversation import Turn
+
+__all__ = [
+    "DialogueError",
+    "DialogueOptions",
+    "TurnStart",
+    "ReplyDelta",
+    "SpeculationDrafted",
+    "TurnClosed",
+    "DialogueOutput",
+]
+
+
+class DialogueError(RuntimeError):
+    """A dialogue operation out of order (a bug in the caller, never user input)."""
+
+
+@dataclass(frozen=True)
+class DialogueOptions:
+    """Generation settings (mapped from the ``llm`` and ``turns`` config sections)."""
+
+    system_prompt: str = ""
+    max_new_tokens: int = 96
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    stop: tuple[str, ...] = ()
+    speculation_max_tokens: int = 24
+    """Cap on a speculative draft (it normally stops at its first clause)."""
+    min_clause_chars: int = 12
+    """Same clause rule as TTS, so a drafted clause is the reply's first TTS chunk."""
+    interrupted_marker: bool = False
+
+
+@dataclass(frozen=True)
+class TurnStart:
+    """A user turn was committed and its reply started."""
+
+    turn_id: int
+    user_text: str
+    prompt_tokens: int
+    """Ids the turn added before the reply (user message + reply header)."""
+    prompt_tokens_computed: int
+    """Of those, run through the model now (0 on a speculation hit)."""
+    prompt_tokens_reused: int
+    """Prompt positions (history included) whose K/V was already in the cache."""
+    speculation: str
+    """hit | miss | none."""
+    spec_id: int | None
+    spec_text: str
+    common_prefix_tokens: int
+    """On a miss: user-turn ids shared with the speculation."""
+    drafted_tokens: int
+    """On a hit: reply tokens the speculation had already generated."""
+
+
+@dataclass(frozen=True)
+class ReplyDelta:
+    """New reply text of turn ``turn_id``."""
+
+    turn_id: int
+    text: str
+    tokens: int
+    """Reply tokens generated so far (including the ones carrying this text)."""
+    done: bool
+    """The reply is complete (no more deltas for this turn)."""
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class SpeculationDrafted:
+    """Speculation ``spec_id`` has its first clause (the pipeline may pre-synthesise it)."""
+
+    spec_id: int
+    text: str
+    """The drafted clause, as the reply's TTS chunker will cut it."""
+
+
+@dataclass(frozen=True)
+class TurnClosed:
+    """A turn's reply was closed in the history and the engine."""
+
+    turn_id: int
+    turn: Turn
+    kept_tokens: int
+    generated_tokens: int
+    generated_text: str
+    sequence_tokens: int
+    """Engine sequence length afterwards (equals the history's token count)."""
+
+
+DialogueOutput = ReplyDelta | SpeculationDrafted

@@ -1,0 +1,157 @@
+"""Build the live loop from the config: load the models once, wire a pipeline per run.
+
+``load_models(cfg)`` resolves and loads ASR, TTS and the LLM (seconds; do it once per
+process and share the result). ``build_pipeline(models, cfg, clock=..., sink=...)``
+maps the config sections onto each component's own options and returns a
+:class:`~assistant.loop.pipeline.Pipeline` whose source, sink and clock are injected, so
+``replay``, ``talk`` and the daemon differ only in what they plug in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from assistant.app.config import AppConfig
+from assistant.dialogue.dialogue import Dialogue, DialogueOptions
+from assistant.loop.pipeline import EntryCallback, Pipeline, PipelineOptions
+from assistant.speech.listener import Listener
+from assistant.turns.turn_manager import TurnManager, TurnOptions
+
+if TYPE_CHECKING:
+    from audio.asr import Transcriber
+    from audio.clock import Clock
+    from audio.echo import EchoOptions, EchoProcessor
+    from audio.sinks import Sink, SpeakerSink
+    from audio.sources import MicSource
+    from audio.tts import Synthesizer
+    from audio.vad import VadOptions
+    from engine import ChatTemplate, Engine
+
+__all__ = ["LiveAudio", "LoopModels", "load_models", "build_pipeline", "vad_options",
+           "echo_options", "dialogue_options", "turn_options", "open_live_audio"]
+
+
+@dataclass
+class LoopModels:
+    """The loaded models of the loop (shared by every pipeline of a process)."""
+
+    engine: Engine
+    template: ChatTemplate
+    transcriber: Transcriber
+    synthesizer: Synthesizer
+
+
+def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None,
+                deterministic_tts: bool = False) -> LoopModels:
+    """Resolve and load every model named by ``cfg`` (no network).
+
+    ``deterministic_tts`` turns Piper's sampling noise off (the same text always gives
+    the same samples and durations), which replay on a virtual clock needs to give the
+    same events for the same input.
+    """
+    from assistant.app.models import resolve_asr, resolve_llm, resolve_voice
+    from audio.asr import ASROptions, Transcriber
+    from audio.tts import Synthesizer, TTSOptions
+    from engine import ChatTemplate, Engine
+
+    say = progress or (lambda _msg: None)
+    say("loading speech recognition")
+    asr = cfg.asr
+    transcriber = Transcriber(resolve_asr(cfg), ASROptions(
+        device="cpu" if asr.device == "auto" else asr.device, compute_type=asr.compute_type,
+        beam_size=asr.beam_size, language=asr.language))
+    say("loading voice")
+    onnx, config_json = resolve_voice(cfg)
+    noise = 0.0 if deterministic_tts else None
+    synthesizer = Synthesizer(onnx, config_json, TTSOptions(
+        length_scale=cfg.tts.length_scale, noise_scale=noise, noise_w_scale=noise))
+    say("loading language model")
+    e = cfg.engine
+    engine = Engine.load(resolve_llm(cfg, progress=progress), device=e.device, dtype=e.dtype,
+                         page_size=e.page_size, num_pages=e.num_pages, max_batch=e.max_batch,
+                         prefill_chunk=e.prefill_chunk)
+    template = ChatTemplate(engine.tokenizer)
+    template.verify()
+    return LoopModels(engine, template, transcriber, synthesizer)
+
+
+def vad_options(cfg: AppConfig) -> VadOptions:
+    from audio.vad import VadOptions
+
+    v = cfg.vad
+    return VadOptions(backend=v.backend, aggressiveness=v.aggressiveness,
+                      silero_threshold=v.silero_threshold, min_speech_ms=v.min_speech_ms,
+                      prefix_padding_ms=v.prefix_padding_ms, short_pause_ms=v.short_pause_ms,
+                      end_of_turn_ms=v.end_of_turn_ms, sample_rate=cfg.audio.sample_rate,
+                      frame_ms=cfg.audio.frame_ms)
+
+
+def echo_options(cfg: AppConfig) -> EchoOptions:
+    from audio.echo import EchoOptions
+
+    return EchoOptions(mode=cfg.echo.mode, gate_margin_db=cfg.echo.gate_margin_db,
+                       sample_rate=cfg.audio.sample_rate)
+
+
+@dataclass
+class LiveAudio:
+    """The live microphone and speaker on one device clock, with the echo processor
+    (None when ``echo.mode`` is off) fed by exactly what the speaker plays."""
+
+    clock: Clock
+    echo: EchoProcessor | None
+    sink: SpeakerSink
+    mic: MicSource
+
+
+def open_live_audio(cfg: AppConfig, models: LoopModels) -> LiveAudio:
+    """Open the configured devices for the live loop (``talk``, ``serve --local-audio``)."""
+    from audio.clock import DeviceClock
+    from audio.echo import EchoProcessor
+    from audio.sinks import SpeakerSink
+    from audio.sources import MicSource
+
+    clock = DeviceClock(cfg.audio.sample_rate)
+    echo = EchoProcessor(echo_options(cfg)) if cfg.echo.mode != "off" else None
+    sink = SpeakerSink(clock, models.synthesizer.sample_rate, cfg.audio.output_device,
+                       cfg.audio.output_buffer_ms,
+                       tap=echo.push_reference if echo is not None else None)
+    mic = MicSource(clock, cfg.audio.sample_rate, cfg.audio.frame_ms, cfg.audio.input_device,
+                    cfg.audio.mic_queue_frames)
+    return LiveAudio(clock, echo, sink, mic)
+
+
+def dialogue_options(cfg: AppConfig) -> DialogueOptions:
+    llm = cfg.llm
+    return DialogueOptions(system_prompt=llm.system_prompt, max_new_tokens=llm.max_new_tokens,
+                           temperature=llm.temperature, top_p=llm.top_p, top_k=llm.top_k,
+                           seed=llm.seed, stop=tuple(llm.stop),
+                           min_clause_chars=cfg.tts.min_clause_chars,
+                           interrupted_marker=cfg.turns.interrupted_marker)
+
+
+def turn_options(cfg: AppConfig) -> TurnOptions:
+    return TurnOptions(barge_in_min_ms=cfg.turns.barge_in_min_ms, speculate=cfg.turns.speculate)
+
+
+def build_pipeline(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Sink,
+                   echo: EchoProcessor | None, virtual: bool,
+                   on_entry: EntryCallback | None = None,
+                   pipeline_options: PipelineOptions | None = None) -> Pipeline:
+    """A pipeline over ``models`` with a fresh conversation (call inside a running loop).
+
+    ``echo`` must be the processor whose ``push_reference`` is the sink's tap (or None
+    for no echo handling).
+    """
+    from audio.streaming_asr import StreamingASROptions
+
+    dialogue = Dialogue(models.engine, models.template, dialogue_options(cfg))
+    listener = Listener(vad_options(cfg), echo)
+    opts = pipeline_options or PipelineOptions(virtual=virtual)
+    asr_options: Any = StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms)
+    return Pipeline(dialogue=dialogue, transcriber=models.transcriber,
+                    synthesizer=models.synthesizer, turn_manager=TurnManager(turn_options(cfg)),
+                    listener=listener, clock=clock, sink=sink, asr_options=asr_options,
+                    min_clause_chars=cfg.tts.min_clause_chars, options=opts, on_entry=on_entry)

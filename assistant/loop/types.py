@@ -1,0 +1,43 @@
+"""Options, result and error of :class:`assistant.loop.pipeline.Pipeline`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from assistant.loop import event_log as log
+from assistant.loop.metrics import Metrics
+
+__all__ = ["PipelineError", "PipelineOptions", "PipelineResult", "EntryCallback"]
+
+EntryCallback = Callable[[log.Entry], None]
+"""Called with every event-log entry as it happens (display, live logs)."""
+
+
+class PipelineError(RuntimeError):
+    """A worker failed; the conversation cannot go on."""
+
+
+@dataclass(frozen=True)
+class PipelineOptions:
+    asr_tail_ms: int = 200
+    """Audio after the end of speech included in preview and final decodes."""
+    quiet_hold_ms: int = 40
+    """Hold display partials after this much unvoiced input in an open utterance (0: only
+    at the short pause), so the pause-time preview decode does not queue behind one."""
+    presynthesize: bool = True
+    """Synthesise a speculation's first clause ahead (never played unless adopted)."""
+    virtual: bool = False
+    """Settle every worker after each frame (deterministic replay on a virtual clock)."""
+    max_tail_ms: int = 30_000
+    """After the input ends, keep time running at most this long for the reply."""
+    output_gain_db: float = 0.0
+    """Speaker level applied to the TTS audio (also what the echo handling compares)."""
+
+
+@dataclass
+class PipelineResult:
+    conversation: list[dict[str, Any]]
+    metrics: Metrics
+    entries: list[log.Entry]

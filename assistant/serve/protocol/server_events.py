@@ -1,0 +1,491 @@
+"""Server -> client events, in the GA (``openai`` SDK ``types/realtime/``) shapes.
+
+The beta spellings (``response.audio.delta``, a flat session object, ``audio`` /
+``text`` content parts) are produced from these by the codec in
+:mod:`assistant.serve.protocol.codec` when a client connects with ``OpenAI-Beta: realtime=v1``.
+
+Every event carries a server ``event_id``. Times are milliseconds of audio: input
+times count from the first sample the client appended in this session; ``audio_end_ms``
+of a truncate counts from the start of that item's audio.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+__all__ = [
+    "ErrorDetail",
+    "Error",
+    "AudioFormat",
+    "TurnDetection",
+    "TranscriptionConfig",
+    "SessionAudioInput",
+    "SessionAudioOutput",
+    "SessionAudio",
+    "Session",
+    "SessionCreated",
+    "SessionUpdated",
+    "SpeechStarted",
+    "SpeechStopped",
+    "InputAudioBufferCommitted",
+    "InputAudioBufferCleared",
+    "ContentPart",
+    "Item",
+    "ConversationItemCreated",
+    "ConversationItemRetrieved",
+    "ConversationItemTruncated",
+    "TranscriptionDelta",
+    "TranscriptionUsage",
+    "TranscriptionCompleted",
+    "InputTokenDetails",
+    "OutputTokenDetails",
+    "Usage",
+    "StatusDetails",
+    "Response",
+    "ResponseCreated",
+    "ResponseDone",
+    "OutputItemAdded",
+    "OutputItemDone",
+    "ContentPartAdded",
+    "ContentPartDone",
+    "OutputAudioDelta",
+    "OutputAudioDone",
+    "OutputAudioTranscriptDelta",
+    "OutputAudioTranscriptDone",
+    "OutputTextDelta",
+    "OutputTextDone",
+    "ServerEvent",
+    "SERVER_EVENT_TYPES",
+]
+
+Modality = Literal["text", "audio"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ErrorDetail:
+    type: str
+    """``invalid_request_error`` (the client's fault) or ``server_error``."""
+    code: str | None = None
+    """Machine-readable cause, e.g. ``invalid_json``, ``unknown_event``, ``session_limit``."""
+    message: str
+    param: str | None = None
+    """Dotted path of the offending field, when there is one."""
+    event_id: str | None = None
+    """The client event that caused the error, when it had an ``event_id``."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Error:
+    type: Literal["error"] = "error"
+    event_id: str
+    error: ErrorDetail
+
+
+@dataclass(frozen=True, kw_only=True)
+class AudioFormat:
+    type: Literal["audio/pcm"] = "audio/pcm"
+    rate: Literal[24000] = 24000
+
+
+@dataclass(frozen=True, kw_only=True)
+class TurnDetection:
+    type: Literal["server_vad"] = "server_vad"
+    threshold: float = 0.5
+    prefix_padding_ms: int = 300
+    silence_duration_ms: int = 500
+    create_response: bool = True
+    interrupt_response: bool = True
+    idle_timeout_ms: None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TranscriptionConfig:
+    model: str
+    """The ASR model that transcribes the user's audio."""
+    language: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionAudioInput:
+    format: AudioFormat = field(default_factory=AudioFormat)
+    transcription: TranscriptionConfig | None = None
+    turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
+    noise_reduction: None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionAudioOutput:
+    format: AudioFormat = field(default_factory=AudioFormat)
+    voice: str
+    speed: float = 1.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionAudio:
+    input: SessionAudioInput
+    output: SessionAudioOutput
+
+
+@dataclass(frozen=True, kw_only=True)
+class Session:
+    """The effective session configuration (GA shape)."""
+
+    type: Literal["realtime"] = "realtime"
+    object: Literal["realtime.session"] = "realtime.session"
+    id: str
+    model: str
+    output_modalities: tuple[Modality, ...] = ("audio",)
+    instructions: str
+    max_output_tokens: int | Literal["inf"] = "inf"
+    audio: SessionAudio
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionCreated:
+    type: Literal["session.created"] = "session.created"
+    event_id: str
+    session: Session
+
+
+@dataclass(frozen=True, kw_only=True)
+class SessionUpdated:
+    type: Literal["session.updated"] = "session.updated"
+    event_id: str
+    session: Session
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpeechStarted:
+    type: Literal["input_audio_buffer.speech_started"] = "input_audio_buffer.speech_started"
+    event_id: str
+    audio_start_ms: int
+    """Session input time of the onset, including the prefix padding."""
+    item_id: str
+    """The user item that will hold this speech."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpeechStopped:
+    type: Literal["input_audio_buffer.speech_stopped"] = "input_audio_buffer.speech_stopped"
+    event_id: str
+    audio_end_ms: int
+    """Session input time at which the turn ended (after the silence duration)."""
+    item_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputAudioBufferCommitted:
+    type: Literal["input_audio_buffer.committed"] = "input_audio_buffer.committed"
+    event_id: str
+    previous_item_id: str | None = None
+    item_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputAudioBufferCleared:
+    type: Literal["input_audio_buffer.cleared"] = "input_audio_buffer.cleared"
+    event_id: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContentPart:
+    """An item's content (``input_audio``, ``output_audio``...) or, in the
+    ``response.content_part.*`` events, a part of the response (``audio`` / ``text``)."""
+
+    type: Literal["input_audio", "input_text", "output_audio", "output_text", "audio", "text"]
+    transcript: str | None = None
+    """For audio parts; ``None`` while not yet known."""
+    text: str | None = None
+    """For text parts."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Item:
+    id: str
+    object: Literal["realtime.item"] = "realtime.item"
+    type: Literal["message"] = "message"
+    status: Literal["completed", "incomplete", "in_progress"] = "completed"
+    role: Literal["user", "assistant", "system"]
+    content: tuple[ContentPart, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationItemCreated:
+    type: Literal["conversation.item.created"] = "conversation.item.created"
+    event_id: str
+    previous_item_id: str | None = None
+    item: Item
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationItemRetrieved:
+    type: Literal["conversation.item.retrieved"] = "conversation.item.retrieved"
+    event_id: str
+    item: Item
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationItemTruncated:
+    type: Literal["conversation.item.truncated"] = "conversation.item.truncated"
+    event_id: str
+    item_id: str
+    content_index: int = 0
+    audio_end_ms: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TranscriptionDelta:
+    type: Literal["conversation.item.input_audio_transcription.delta"] = (
+        "conversation.item.input_audio_transcription.delta"
+    )
+    event_id: str
+    item_id: str
+    content_index: int = 0
+    delta: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class TranscriptionUsage:
+    type: Literal["duration"] = "duration"
+    seconds: float
+    """Seconds of user audio transcribed."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class TranscriptionCompleted:
+    type: Literal["conversation.item.input_audio_transcription.completed"] = (
+        "conversation.item.input_audio_transcription.completed"
+    )
+    event_id: str
+    item_id: str
+    content_index: int = 0
+    transcript: str
+    usage: TranscriptionUsage
+
+
+@dataclass(frozen=True, kw_only=True)
+class InputTokenDetails:
+    cached_tokens: int = 0
+    """Prompt tokens served from shared / reused KV pages (not computed)."""
+    text_tokens: int = 0
+    audio_tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputTokenDetails:
+    text_tokens: int = 0
+    audio_tokens: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Usage:
+    total_tokens: int
+    input_tokens: int
+    output_tokens: int
+    input_token_details: InputTokenDetails = field(default_factory=InputTokenDetails)
+    output_token_details: OutputTokenDetails = field(default_factory=OutputTokenDetails)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StatusDetails:
+    type: Literal["completed", "cancelled", "incomplete", "failed"]
+    reason: str | None = None
+    """``turn_detected``, ``client_cancelled``, ``max_output_tokens``, ``shutdown``..."""
+    error: ErrorDetail | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Response:
+    id: str
+    object: Literal["realtime.response"] = "realtime.response"
+    status: Literal["in_progress", "completed", "cancelled", "incomplete", "failed"]
+    status_details: StatusDetails | None = None
+    output: tuple[Item, ...] = ()
+    output_modalities: tuple[Modality, ...] = ("audio",)
+    conversation_id: str | None = None
+    max_output_tokens: int | Literal["inf"] = "inf"
+    metadata: dict[str, str] | None = None
+    usage: Usage | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResponseCreated:
+    type: Literal["response.created"] = "response.created"
+    event_id: str
+    response: Response
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResponseDone:
+    type: Literal["response.done"] = "response.done"
+    event_id: str
+    response: Response
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputItemAdded:
+    type: Literal["response.output_item.added"] = "response.output_item.added"
+    event_id: str
+    response_id: str
+    output_index: int = 0
+    item: Item
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputItemDone:
+    type: Literal["response.output_item.done"] = "response.output_item.done"
+    event_id: str
+    response_id: str
+    output_index: int = 0
+    item: Item
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContentPartAdded:
+    type: Literal["response.content_part.added"] = "response.content_part.added"
+    event_id: str
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    part: ContentPart
+
+
+@dataclass(frozen=True, kw_only=True)
+class ContentPartDone:
+    type: Literal["response.content_part.done"] = "response.content_part.done"
+    event_id: str
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    part: ContentPart
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputAudioDelta:
+    type: Literal["response.output_audio.delta"] = "response.output_audio.delta"
+    event_id: str
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    delta: str
+    """Base64 of little-endian 16-bit PCM, 24 kHz, mono."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputAudioDone:
+    type: Literal["response.output_audio.done"] = "response.output_audio.done"
+    event_id: str
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputAudioTranscriptDelta:
+    type: Literal["response.output_audio_transcript.delta"] = (
+        "response.output_audio_transcript.delta"
+    )
+    event_id: str
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    delta: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputAudioTranscriptDone:
+    type: Literal["response.output_audio_transcript.done"] = (
+        "response.output_audio_transcript.done"
+    )
+    event_id: str
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    transcript: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputTextDelta:
+    type: Literal["response.output_text.delta"] = "response.output_text.delta"
+    event_id: str
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    delta: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutputTextDone:
+    type: Literal["response.output_text.done"] = "response.output_text.done"
+    event_id: str
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    content_index: int = 0
+    text: str
+
+
+ServerEvent = Annotated[
+    Error
+    | SessionCreated
+    | SessionUpdated
+    | SpeechStarted
+    | SpeechStopped
+    | InputAudioBufferCommitted
+    | InputAudioBufferCleared
+    | ConversationItemCreated
+    | ConversationItemRetrieved
+    | ConversationItemTruncated
+    | TranscriptionDelta
+    | TranscriptionCompleted
+    | ResponseCreated
+    | ResponseDone
+    | OutputItemAdded
+    | OutputItemDone
+    | ContentPartAdded
+    | ContentPartDone
+    | OutputAudioDelta
+    | OutputAudioDone
+    | OutputAudioTranscriptDelta
+    | OutputAudioTranscriptDone
+    | OutputTextDelta
+    | OutputTextDone,
+    Field(discriminator="type"),
+]
+
+SERVER_EVENT_TYPES: tuple[type, ...] = (
+    Error,
+    SessionCreated,
+    SessionUpdated,
+    SpeechStarted,
+    SpeechStopped,
+    InputAudioBufferCommitted,
+    InputAudioBufferCleared,
+    ConversationItemCreated,
+    ConversationItemRetrieved,
+    ConversationItemTruncated,
+    TranscriptionDelta,
+    TranscriptionCompleted,
+    ResponseCreated,
+    ResponseDone,
+    OutputItemAdded,
+    OutputItemDone,
+    ContentPartAdded,
+    ContentPartDone,
+    OutputAudioDelta,
+    OutputAudioDone,
+    OutputAudioTranscriptDelta,
+    OutputAudioTranscriptDone,
+    OutputTextDelta,
+    OutputTextDone,
+)

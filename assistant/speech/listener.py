@@ -1,0 +1,189 @@
+"""The ear: echo handling and VAD over input frames, as turn-manager inputs.
+
+:class:`Listener` takes 16 kHz input chunks, applies echo handling (with the far end
+as heard by the sink), runs :class:`audio.vad.Vad`, and returns turn-manager inputs
+(:mod:`assistant.turns.events`) in time order, plus the audio of the open utterance for ASR.
+Each VAD frame also becomes a :class:`~assistant.turns.events.VoiceFrame` (was it voiced?),
+which is what barge-in counts; the frame decision mirrors the VAD's own (classifier,
+level above the noise floor, spectral flatness), read back through a recording
+classifier. Synchronous and deterministic.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from assistant.turns.events import (
+    EndOfTurn,
+    ShortPause,
+    SpeechResumed,
+    SpeechStarted,
+    TurnInput,
+    VoiceFrame,
+)
+from audio import vad as vad_mod
+from audio.chunk import AudioChunk
+from audio.echo import EchoProcessor
+
+__all__ = ["UtteranceOpened", "UtteranceAudio", "UtteranceClosed", "ListenerOutput", "Listener"]
+
+
+@dataclass(frozen=True)
+class UtteranceOpened:
+    """VAD opened an utterance: ``pcm`` runs from ``start_sample`` (onset minus padding)."""
+
+    pcm: npt.NDArray[np.float32]
+    start_sample: int
+
+
+@dataclass(frozen=True)
+class UtteranceAudio:
+    """More audio of the open utterance."""
+
+    pcm: npt.NDArray[np.float32]
+    start_sample: int
+
+
+@dataclass(frozen=True)
+class UtteranceClosed:
+    """VAD closed the utterance; speech ended at ``speech_end_sample``."""
+
+    speech_end_sample: int
+
+
+ListenerOutput = TurnInput | UtteranceOpened | UtteranceAudio | UtteranceClosed
+
+
+class _RecordingClassifier:
+    """Passes frames to the real classifier and remembers its last answer."""
+
+    def __init__(self, inner: vad_mod.FrameClassifier) -> None:
+        self.inner = inner
+        self.last = False
+
+    def is_speech(self, frame: npt.NDArray[np.float32]) -> bool:
+        self.last = bool(self.inner.is_speech(frame))
+        return self.last
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+
+class Listener:
+    """See the module docstring."""
+
+    def __init__(self, vad_options: vad_mod.VadOptions, echo: EchoProcessor | None = None,
+                 classifier: vad_mod.FrameClassifier | None = None) -> None:
+        self.options = vad_options
+        inner = classifier if classifier is not None else vad_mod.make_classifier(vad_options)
+        self._classifier = _RecordingClassifier(inner)
+        self.vad = vad_mod.Vad(vad_options, self._classifier)
+        self.echo = echo
+        self._frame = vad_options.frame_samples
+        self._pending = np.zeros(0, np.float32)
+        self._pending_start = 0
+        self._voiced: deque[tuple[int, bool]] = deque(maxlen=200)  # (frame start, voiced)
+        # The half-duplex gate silences mic frames to keep the VAD from hearing the
+        # assistant, but the user's words must reach ASR whole: with the gate, the
+        # utterance audio (prefix padding included) is the ungated mic signal, so a
+        # barge-in does not lose its first syllable. (AEC output is clean: used as is.)
+        self._raw_utterance = echo is not None and echo.options.mode == "gate"
+        self._raw_pending = np.zeros(0, np.float32)
+        self._raw_frames: deque[tuple[int, npt.NDArray[np.float32]]] = deque(maxlen=200)
+        self.frames = 0
+        self.pause_start_sample = 0
+        """Where the latest short pause began (the end of the speech before it)."""
+
+    @property
+    def rate(self) -> int:
+        return self.options.sample_rate
+
+    def ms(self, samples: int) -> int:
+        return samples * 1000 // self.rate
+
+    def process(self, chunk: AudioChunk) -> list[ListenerOutput]:
+        """Feed one input chunk (at the VAD rate); return what it caused, in order."""
+        raw = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
+        if self.echo is not None:
+            chunk = self.echo.process(chunk)
+        pcm = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
+        if self._pending.size == 0 or self._pending_start + self._pending.size != chunk.start_sample:
+            self._pending, self._pending_start = pcm, chunk.start_sample
+            self._raw_pending = raw if self._raw_utterance else self._raw_pending
+        else:
+            self._pending = np.concatenate([self._pending, pcm])
+            if self._raw_utterance:
+                self._raw_pending = np.concatenate([self._raw_pending, raw])
+        out: list[ListenerOutput] = []
+        n = self._frame
+        while self._pending.size >= n:
+            frame, start = self._pending[:n], self._pending_start
+            self._pending = self._pending[n:]
+            self._pending_start += n
+            heard = frame
+            if self._raw_utterance and self._raw_pending.size >= n:
+                heard, self._raw_pending = self._raw_pending[:n], self._raw_pending[n:]
+                self._raw_frames.append((start, heard))
+            out.extend(self._frame_step(frame, start, heard))
+        return out
+
+    def flush(self) -> list[ListenerOutput]:
+        """End of input: close an open utterance."""
+        events = self.vad.flush()
+        out: list[ListenerOutput] = []
+        for ev in events:
+            out.extend(self._translate(ev))
+        return out
+
+    def _frame_step(self, frame: npt.NDArray[np.float32], start: int,
+                    heard: npt.NDArray[np.float32]) -> list[ListenerOutput]:
+        was_open = self.vad.in_speech
+        events = self.vad.process(AudioChunk(frame, self.rate, start))
+        self.frames += 1
+        opts = self.options
+        feats = vad_mod.frame_features(frame, self.rate)
+        loud = feats.energy_dbfs >= max(opts.energy_floor_dbfs,
+                                        self.vad.noise_floor_dbfs + opts.noise_margin_db)
+        voiced = self._classifier.last and loud and feats.flatness <= opts.max_flatness
+        self._voiced.append((start, voiced))
+        # The frame first: a SpeechStarted below already counts it in its voiced_ms.
+        out: list[ListenerOutput] = [VoiceFrame(self.ms(start), voiced, self.ms(self._frame))]
+        if was_open and self.vad.in_speech:
+            out.append(UtteranceAudio(heard.copy(), start))
+        for ev in events:
+            out.extend(self._translate(ev))
+        return out
+
+    def _translate(self, ev: vad_mod.VadEvent) -> list[ListenerOutput]:
+        t = self.ms(ev.detected_sample)
+        if isinstance(ev, vad_mod.SpeechStarted):
+            voiced_ms = sum(self.ms(self._frame) for s, v in self._voiced
+                            if v and ev.start_sample <= s < ev.detected_sample)
+            pcm = self._ungated(np.asarray(ev.pcm, np.float32), ev.audio_start_sample)
+            return [UtteranceOpened(pcm, ev.audio_start_sample),
+                    SpeechStarted(t, voiced_ms=voiced_ms)]
+        if isinstance(ev, vad_mod.ShortPause):
+            self.pause_start_sample = ev.start_sample
+            return [ShortPause(t)]
+        if isinstance(ev, vad_mod.SpeechResumed):
+            return [SpeechResumed(t)]
+        if isinstance(ev, vad_mod.SpeechStopped):
+            return [UtteranceClosed(ev.end_sample),
+                    EndOfTurn(t, speech_end_ms=self.ms(ev.end_sample))]
+        return []
+
+    def _ungated(self, pcm: npt.NDArray[np.float32], start: int) -> npt.NDArray[np.float32]:
+        """``pcm`` (the VAD's view from ``start``) with the ungated mic audio where kept."""
+        if not self._raw_utterance:
+            return pcm
+        out = pcm.copy()
+        for frame_start, frame in self._raw_frames:
+            lo = frame_start - start
+            if lo < 0 or lo + frame.size > out.size:
+                continue
+            out[lo:lo + frame.size] = frame
+        return out

@@ -1,0 +1,251 @@
+"""Events into and actions out of the turn manager.
+
+The turn manager (:mod:`assistant.turns.turn_manager`) is a pure state machine: the pipeline
+translates what VAD, ASR, the engine and the player report into the *inputs* below,
+feeds them in one at a time, and carries out the *actions* it gets back. Every value is
+a frozen dataclass; every time is an integer in milliseconds on the pipeline's injected
+clock (``t_ms``), never wall-clock time read inside logic.
+
+Inputs (what happened):
+    SpeechStarted, VoiceFrame, ShortPause, SpeechResumed, EndOfTurn   -- from VAD
+    PartialTranscript, FinalTranscript                                -- from ASR
+    AudioStarted, PlaybackDone                                        -- from the player
+
+Actions (what to do), each carrying the ``turn_id`` it belongs to where one exists so
+stale work can be recognised and dropped:
+    RequestPartial, FinalizeUtterance, DiscardUtterance               -- to ASR
+    StartSpeculation, CancelSpeculation                               -- to the engine
+    StartResponse, CancelResponse, BargeIn                            -- to engine, TTS, player
+    StateChanged                                                      -- to UI and logs
+
+Event shapes after wyoming's small event dataclasses; interruption as a first-class
+action after pipecat's interruption frames.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+__all__ = [
+    "State",
+    # inputs
+    "SpeechStarted",
+    "VoiceFrame",
+    "ShortPause",
+    "SpeechResumed",
+    "EndOfTurn",
+    "PartialTranscript",
+    "FinalTranscript",
+    "AudioStarted",
+    "PlaybackDone",
+    "TurnInput",
+    # actions
+    "RequestPartial",
+    "FinalizeUtterance",
+    "DiscardUtterance",
+    "StartSpeculation",
+    "CancelSpeculation",
+    "StartResponse",
+    "CancelResponse",
+    "BargeIn",
+    "StateChanged",
+    "TurnAction",
+]
+
+
+class State(enum.Enum):
+    """Conversation state, from the assistant's point of view."""
+
+    LISTENING = "listening"
+    """Nobody is talking; waiting for the user."""
+    USER_SPEAKING = "user_speaking"
+    """The user holds the turn (including short pauses inside it)."""
+    THINKING = "thinking"
+    """The user's turn is committed; the reply is being prepared, nothing played yet."""
+    SPEAKING = "speaking"
+    """The reply's audio is playing."""
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """VAD confirmed the onset of user speech (after its minimum-speech check)."""
+
+    t_ms: int
+    """When the onset was confirmed."""
+    voiced_ms: int = 0
+    """Voiced audio the VAD already heard before confirming (counts toward barge-in)."""
+
+
+@dataclass(frozen=True)
+class VoiceFrame:
+    """One analysed input frame (after echo handling): was it voiced?"""
+
+    t_ms: int
+    """Start of the frame."""
+    voiced: bool
+    duration_ms: int
+    """Frame length."""
+
+
+@dataclass(frozen=True)
+class ShortPause:
+    """The user went quiet for the short-pause threshold but has not ended the turn."""
+
+    t_ms: int
+
+
+@dataclass(frozen=True)
+class SpeechResumed:
+    """Speech came back after a :class:`ShortPause`, inside the same utterance."""
+
+    t_ms: int
+
+
+@dataclass(frozen=True)
+class EndOfTurn:
+    """Silence lasted the end-of-turn threshold: the utterance is over."""
+
+    t_ms: int
+    """When the end of turn was detected."""
+    speech_end_ms: int
+    """When the speech itself ended (the last voiced frame's end), ``<= t_ms``."""
+
+
+@dataclass(frozen=True)
+class PartialTranscript:
+    """A provisional transcript of the open utterance (its stable prefix)."""
+
+    t_ms: int
+    text: str
+
+
+@dataclass(frozen=True)
+class FinalTranscript:
+    """The final transcript of an utterance, produced after :class:`FinalizeUtterance`."""
+
+    t_ms: int
+    text: str
+
+
+@dataclass(frozen=True)
+class AudioStarted:
+    """The first sample of a reply reached the speaker."""
+
+    t_ms: int
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class PlaybackDone:
+    """A reply is over: generation finished and every sample of it (maybe none) played."""
+
+    t_ms: int
+    turn_id: int
+
+
+TurnInput = (
+    SpeechStarted
+    | VoiceFrame
+    | ShortPause
+    | SpeechResumed
+    | EndOfTurn
+    | PartialTranscript
+    | FinalTranscript
+    | AudioStarted
+    | PlaybackDone
+)
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True)
+class RequestPartial:
+    """Ask ASR to decode the open utterance now (used at a short pause)."""
+
+
+@dataclass(frozen=True)
+class FinalizeUtterance:
+    """Ask ASR to close the open utterance and report a :class:`FinalTranscript`."""
+
+
+@dataclass(frozen=True)
+class DiscardUtterance:
+    """Drop the open utterance without a transcript (a cough or echo during a reply)."""
+
+
+@dataclass(frozen=True)
+class StartSpeculation:
+    """Pre-generate a reply's first clause for ``user_text`` on a fork; never play it."""
+
+    spec_id: int
+    user_text: str
+
+
+@dataclass(frozen=True)
+class CancelSpeculation:
+    """Drop speculation ``spec_id`` (idempotent; unknown ids are ignored)."""
+
+    spec_id: int
+
+
+@dataclass(frozen=True)
+class StartResponse:
+    """Commit the user's turn and reply to it.
+
+    ``spec_id`` names the latest speculation of this utterance, if any: the pipeline
+    adopts it when ``user_text`` renders to the same token ids, else drops it.
+    """
+
+    turn_id: int
+    user_text: str
+    spec_id: int | None
+    speech_end_ms: int
+    """When the user's speech ended (for voice-to-voice latency)."""
+
+
+@dataclass(frozen=True)
+class CancelResponse:
+    """Abandon turn ``turn_id`` before any of its audio played.
+
+    The user kept talking after the end of turn was detected: the pipeline removes the
+    reply *and* the committed user turn (history and engine), because the manager will
+    commit the user's words again, joined with what they say next.
+    """
+
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class BargeIn:
+    """The user interrupted turn ``turn_id`` while it played: stop playback now, cancel
+    generation and TTS, truncate the reply to the words heard and close it."""
+
+    turn_id: int
+    t_ms: int
+    """When the barge-in was detected."""
+
+
+@dataclass(frozen=True)
+class StateChanged:
+    """The conversation state changed (for display and logs)."""
+
+    t_ms: int
+    old: State
+    new: State
+
+
+TurnAction = (
+    RequestPartial
+    | FinalizeUtterance
+    | DiscardUtterance
+    | StartSpeculation
+    | CancelSpeculation
+    | StartResponse
+    | CancelResponse
+    | BargeIn
+    | StateChanged
+)

@@ -1,0 +1,294 @@
+"""Who holds the floor: a pure, synchronous turn-taking state machine.
+
+``TurnManager.handle(event)`` takes one input from :mod:`assistant.turns.events` (VAD, ASR and
+playback reports) and returns the actions the pipeline must carry out, in order. It owns
+no threads, clocks or models, so every rule below is tested by feeding event tables.
+
+States: listening -> user_speaking -> thinking -> speaking -> listening, and an
+interruption moves speaking (or thinking) back to user_speaking.
+
+Rules
+- Speech while the assistant holds the floor (thinking or speaking) is a *candidate*
+  interruption. It interrupts only once it has been voiced for ``barge_in_min_ms``
+  (counting what the VAD heard before confirming the onset, and resetting at a short
+  pause), so a cough or click does not. A candidate that ends first is discarded, and its
+  audio never becomes a user turn.
+- A confirmed candidate while speaking is a :class:`BargeIn`; while thinking (nothing
+  played yet) it cancels the reply and reopens the user's turn, whose words are joined
+  with what the user says next. Either way the state becomes user_speaking.
+- At each short pause inside the user's turn the manager asks ASR for a partial and,
+  when the partial says something new, starts a speculation on it (replacing the
+  previous one). At end of turn the latest speculation is handed to the response, which
+  adopts or drops it.
+- Outputs carry a ``turn_id``; reports about any other turn (stale audio, a late
+  playback-done from an interrupted reply) are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from assistant.turns.events import (
+    AudioStarted,
+    BargeIn,
+    CancelResponse,
+    CancelSpeculation,
+    DiscardUtterance,
+    EndOfTurn,
+    FinalizeUtterance,
+    FinalTranscript,
+    PartialTranscript,
+    PlaybackDone,
+    RequestPartial,
+    ShortPause,
+    SpeechResumed,
+    SpeechStarted,
+    StartResponse,
+    StartSpeculation,
+    State,
+    StateChanged,
+    TurnAction,
+    TurnInput,
+    VoiceFrame,
+)
+
+__all__ = ["TurnOptions", "TurnManager", "join_text"]
+
+
+@dataclass(frozen=True)
+class TurnOptions:
+    """Turn-taking knobs (mapped from the ``turns`` config section)."""
+
+    barge_in_min_ms: int = 200
+    """Voiced user speech needed, while the assistant holds the floor, to interrupt it."""
+    speculate: bool = True
+    """Start speculative replies at short pauses."""
+
+
+def join_text(head: str, tail: str) -> str:
+    """Join two pieces of transcript with one space, ignoring empty pieces."""
+    head, tail = head.strip(), tail.strip()
+    if head and tail:
+        return f"{head} {tail}"
+    return head or tail
+
+
+@dataclass
+class _Candidate:
+    """Speech heard while the assistant holds the floor, not yet an interruption."""
+
+    voiced_ms: int
+
+
+class TurnManager:
+    """The turn-taking state machine; see the module docstring for its rules."""
+
+    def __init__(self, options: TurnOptions | None = None) -> None:
+        self.options = options if options is not None else TurnOptions()
+        self._state = State.LISTENING
+        self._next_turn_id = 1
+        self._next_spec_id = 1
+        # The reply in flight (thinking or speaking) and the user text it answers.
+        self._active_turn: int | None = None
+        self._active_user_text = ""
+        # The user's open utterance.
+        self._paused = False
+        self._spec_id: int | None = None
+        self._spec_text = ""
+        # Text already final for the user's turn (from earlier utterances of the same
+        # turn: a reopened turn, or an utterance finalised just before the user went on).
+        self._prefix = ""
+        self._pending_finals = 0
+        self._speech_end_ms = 0
+        self._candidate: _Candidate | None = None
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @property
+    def active_turn_id(self) -> int | None:
+        """The reply in flight, if any; outputs of any other turn are stale."""
+        return self._active_turn
+
+    @property
+    def speculation_id(self) -> int | None:
+        """The live speculation of the open user turn, if any."""
+        return self._spec_id
+
+    # ------------------------------------------------------------------ input
+
+    def handle(self, event: TurnInput) -> list[TurnAction]:
+        """Apply one input; return the actions to carry out, in order."""
+        out: list[TurnAction] = []
+        if isinstance(event, SpeechStarted):
+            self._on_speech_started(event, out)
+        elif isinstance(event, VoiceFrame):
+            self._on_voice_frame(event, out)
+        elif isinstance(event, ShortPause):
+            self._on_short_pause(event, out)
+        elif isinstance(event, SpeechResumed):
+            if self._state is State.USER_SPEAKING:
+                self._paused = False
+        elif isinstance(event, EndOfTurn):
+            self._on_end_of_turn(event, out)
+        elif isinstance(event, PartialTranscript):
+            self._on_partial(event, out)
+        elif isinstance(event, FinalTranscript):
+            self._on_final(event, out)
+        elif isinstance(event, AudioStarted):
+            if event.turn_id == self._active_turn and self._state is State.THINKING:
+                self._set_state(State.SPEAKING, event.t_ms, out)
+        elif isinstance(event, PlaybackDone):
+            self._on_playback_done(event, out)
+        else:  # pragma: no cover - typing guards this
+            raise TypeError(f"not a turn-manager input: {event!r}")
+        return out
+
+    # ------------------------------------------------------------------ handlers
+
+    def _assistant_has_floor(self) -> bool:
+        return self._state in (State.THINKING, State.SPEAKING)
+
+    def _on_speech_started(self, ev: SpeechStarted, out: list[TurnAction]) -> None:
+        if self._state is State.LISTENING:
+            self._open_utterance()
+            self._set_state(State.USER_SPEAKING, ev.t_ms, out)
+        elif self._assistant_has_floor() and self._candidate is None:
+            self._candidate = _Candidate(voiced_ms=max(0, ev.voiced_ms))
+            self._check_candidate(ev.t_ms, out)
+        # In user_speaking the utterance is already open: nothing to do.
+
+    def _on_voice_frame(self, ev: VoiceFrame, out: list[TurnAction]) -> None:
+        if self._candidate is None or not ev.voiced:
+            return
+        self._candidate.voiced_ms += max(0, ev.duration_ms)
+        self._check_candidate(ev.t_ms + ev.duration_ms, out)
+
+    def _on_short_pause(self, ev: ShortPause, out: list[TurnAction]) -> None:
+        if self._candidate is not None:
+            self._candidate.voiced_ms = 0  # interruptions need continuous speech
+        elif self._state is State.USER_SPEAKING and not self._paused:
+            self._paused = True
+            if self.options.speculate:
+                out.append(RequestPartial())
+
+    def _on_end_of_turn(self, ev: EndOfTurn, out: list[TurnAction]) -> None:
+        if self._candidate is not None:
+            # Speech while the assistant held the floor ended before it counted.
+            self._candidate = None
+            out.append(DiscardUtterance())
+        elif self._state is State.USER_SPEAKING:
+            self._pending_finals += 1
+            self._speech_end_ms = ev.speech_end_ms
+            self._paused = False
+            out.append(FinalizeUtterance())
+            self._set_state(State.THINKING, ev.t_ms, out)
+
+    def _on_partial(self, ev: PartialTranscript, out: list[TurnAction]) -> None:
+        if self._state is not State.USER_SPEAKING or not self._paused:
+            return
+        if not self.options.speculate or not ev.text.strip():
+            return
+        text = join_text(self._prefix, ev.text)
+        if text == self._spec_text:
+            return
+        self._cancel_speculation(out)
+        self._spec_id = self._next_spec_id
+        self._next_spec_id += 1
+        self._spec_text = text
+        out.append(StartSpeculation(spec_id=self._spec_id, user_text=text))
+
+    def _on_final(self, ev: FinalTranscript, out: list[TurnAction]) -> None:
+        if self._pending_finals <= 0:
+            return  # no utterance was finalised: a stray report
+        self._pending_finals -= 1
+        self._prefix = join_text(self._prefix, ev.text)
+        if self._pending_finals > 0 or self._state is not State.THINKING:
+            return  # the user's turn goes on (they spoke again): keep collecting
+        if self._active_turn is not None:
+            return  # a reply is already in flight (cannot happen with ordered ASR)
+        if not self._prefix:
+            # Nothing intelligible was said: the floor returns to the user.
+            self._cancel_speculation(out)
+            if self._candidate is not None:  # ... who is already talking again
+                self._candidate = None
+                self._open_utterance()
+                self._set_state(State.USER_SPEAKING, ev.t_ms, out)
+            else:
+                self._set_state(State.LISTENING, ev.t_ms, out)
+            return
+        turn_id = self._next_turn_id
+        self._next_turn_id += 1
+        self._active_turn = turn_id
+        self._active_user_text = self._prefix
+        out.append(
+            StartResponse(
+                turn_id=turn_id,
+                user_text=self._prefix,
+                spec_id=self._spec_id,
+                speech_end_ms=self._speech_end_ms,
+            )
+        )
+        # The response now owns the speculation (adopt or drop).
+        self._spec_id = None
+        self._spec_text = ""
+        self._prefix = ""
+
+    def _on_playback_done(self, ev: PlaybackDone, out: list[TurnAction]) -> None:
+        if ev.turn_id != self._active_turn or not self._assistant_has_floor():
+            return
+        self._active_turn = None
+        self._active_user_text = ""
+        if self._candidate is not None:
+            # The user was already talking when the reply ended: their turn now.
+            self._candidate = None
+            self._open_utterance()
+            self._set_state(State.USER_SPEAKING, ev.t_ms, out)
+        else:
+            self._set_state(State.LISTENING, ev.t_ms, out)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _check_candidate(self, t_ms: int, out: list[TurnAction]) -> None:
+        cand = self._candidate
+        if cand is None or cand.voiced_ms < self.options.barge_in_min_ms:
+            return
+        self._candidate = None
+        if self._active_turn is None:
+            # Thinking, final transcript still pending: the user simply goes on.
+            self._open_utterance(keep_prefix=True)
+            self._set_state(State.USER_SPEAKING, t_ms, out)
+            return
+        turn_id = self._active_turn
+        if self._state is State.SPEAKING:
+            out.append(BargeIn(turn_id=turn_id, t_ms=t_ms))
+            self._open_utterance()
+        else:
+            # Nothing played yet: withdraw the reply and reopen the user's turn.
+            out.append(CancelResponse(turn_id=turn_id))
+            reopened = self._active_user_text
+            self._open_utterance()
+            self._prefix = reopened
+        self._active_turn = None
+        self._active_user_text = ""
+        self._set_state(State.USER_SPEAKING, t_ms, out)
+
+    def _open_utterance(self, *, keep_prefix: bool = False) -> None:
+        self._paused = False
+        self._spec_text = ""
+        if not keep_prefix:
+            self._prefix = ""
+
+    def _cancel_speculation(self, out: list[TurnAction]) -> None:
+        if self._spec_id is not None:
+            out.append(CancelSpeculation(spec_id=self._spec_id))
+        self._spec_id = None
+        self._spec_text = ""
+
+    def _set_state(self, new: State, t_ms: int, out: list[TurnAction]) -> None:
+        if new is not self._state:
+            out.append(StateChanged(t_ms=t_ms, old=self._state, new=new))
+            self._state = new
