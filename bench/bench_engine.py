@@ -227,8 +227,8 @@ def best_of(repeat: int, run: Callable[[], tuple[Run, ...]]) -> tuple[Run, ...]:
 
 
 def default_model() -> Path:
-    from assistant.config import load_config
-    from assistant.models import resolve_llm
+    from assistant.app.config import load_config
+    from assistant.app.models import resolve_llm
 
     root = Path(__file__).resolve().parents[1]
     return resolve_llm(load_config(root / "config.yaml", env={}))
