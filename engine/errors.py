@@ -7,6 +7,7 @@ __all__ = [
     "ChatTemplateError",
     "EngineError",
     "EngineInvariantError",
+    "JobFailedError",
     "SequenceReleasedError",
     "UnsupportedModelError",
 ]
@@ -34,3 +35,14 @@ class SequenceReleasedError(EngineError):
 
 class ChatTemplateError(EngineError):
     """A chat template cannot be used incrementally (it re-renders earlier turns)."""
+
+
+class JobFailedError(EngineError):
+    """A scheduler step failed in the work of particular jobs (their prefill or their
+    sampling); other jobs of the step are unaffected. The caller decides what to do with
+    the named jobs (usually cancel them and report to their owners)."""
+
+    def __init__(self, job_ids: tuple[int, ...], cause: BaseException) -> None:
+        super().__init__(f"job(s) {', '.join(map(str, job_ids))} failed: {cause}")
+        self.job_ids = job_ids
+        self.cause = cause

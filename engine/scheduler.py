@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from engine.errors import CacheExhaustedError, EngineError
+from engine.errors import CacheExhaustedError, EngineError, JobFailedError
 from engine.events import TokenEvent
 from engine.job import Job, JobState
 from engine.params import Priority, SamplingParams
@@ -82,6 +82,10 @@ class Scheduler:
             job = waiting[0]
             try:
                 events.extend(job.prefill_step(self._cache.prefill_chunk))
+            except CacheExhaustedError:
+                raise  # memory is everybody's: not this job's fault
+            except Exception as exc:  # this job's prompt: the others are unaffected
+                raise JobFailedError((job.job_id,), exc) from exc
             finally:
                 self._retire(job)
         events.extend(self._decode())
@@ -116,16 +120,18 @@ class Scheduler:
         for row, job in enumerate(batch):
             job.on_decoded(logits[row])
         events: list[TokenEvent] = []
+        failed: list[int] = []
         error: BaseException | None = None
         for job in batch:  # every job samples even if closing another one's turn fails
             try:
                 events.extend(job.sample_next())
             except Exception as exc:
                 error = error or exc
+                failed.append(job.job_id)
             finally:
                 self._retire(job)
         if error is not None:
-            raise error
+            raise JobFailedError(tuple(failed), error) from error
         return events
 
     def _ordered(self, state: JobState) -> list[Job]:

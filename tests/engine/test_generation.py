@@ -14,7 +14,8 @@ from engine import (
     Priority,
     SamplingParams,
 )
-from tests.engine.fake_runner import FakeRunner, assert_cache_matches, make_engine
+from engine.errors import JobFailedError
+from tests.engine.fake_runner import ByteTokenizer, FakeRunner, assert_cache_matches, make_engine
 
 PS = 4
 
@@ -240,4 +241,33 @@ def test_a_sequence_refuses_edits_while_it_generates() -> None:
             assert copy.tokens == seq.tokens
         engine.cancel(job)
         seq.truncate(1)
+        assert_cache_matches(engine, runner)
+
+
+def test_a_failing_job_is_named_and_the_other_jobs_of_the_step_go_on() -> None:
+    class PoisonTokenizer(ByteTokenizer):
+        """Decoding token 66 ('B') raises: only the job that samples it is affected."""
+
+        def decode(self, token_ids: list[int]) -> str:
+            if 66 in token_ids:
+                raise ValueError("cannot decode token 66")
+            return super().decode(token_ids)
+
+    def next_token(tokens: tuple[int, ...]) -> int:
+        return 66 if tokens[0] == 9 else 65
+
+    engine, runner = make_engine(page_size=PS, vocab_size=256, next_token=next_token,
+                                 tokenizer=PoisonTokenizer())
+    with engine.sequence() as good, engine.sequence() as bad:
+        ok = engine.enqueue(good, SamplingParams(max_new_tokens=4), prompt_ids=[1, 2])
+        doomed = engine.enqueue(bad, SamplingParams(max_new_tokens=4), prompt_ids=[9, 2])
+        failures = []
+        while engine.has_work():
+            try:
+                engine.step()
+            except JobFailedError as exc:
+                failures.append(exc.job_ids)
+                engine.cancel(next(j for j in engine.jobs if j.job_id in exc.job_ids))
+        assert failures == [(doomed.job_id,)]
+        assert ok.result is not None and ok.result.token_ids == (65, 65, 65, 65)
         assert_cache_matches(engine, runner)
