@@ -32,12 +32,12 @@ from typing import Any
 import numpy as np
 from websockets.asyncio.client import connect
 
-from assistant.config import default_config_path, load_config
-from assistant.metrics import percentile
-from assistant.report import format_table
-from assistant.serve.limits import ServerLimits
+from assistant.app.config import default_config_path, load_config
+from assistant.app.report import format_table
+from assistant.loop.metrics import percentile
 from assistant.serve.runtime import ServeRuntime, build_runtime
-from assistant.serve.server import RealtimeServer, ServerOptions
+from assistant.serve.transport.limits import ServerLimits
+from assistant.serve.transport.server import RealtimeServer, ServerOptions
 from audio.resample import resample
 
 QUESTIONS = (
@@ -60,6 +60,18 @@ class Stats:
     failed: int = 0
     max_pages_shared: int = 0
     max_pages_used: int = 0
+    loop_lag_s: list[float] = field(default_factory=list)
+    """Scheduling lag of a 10 ms timer on the event loop, sampled through the run."""
+
+
+async def loop_lag(samples: list[float], period_s: float = 0.01) -> None:
+    """Record how late a ``period_s`` sleep wakes up: any blocking call on the event
+    loop (an engine step, a lock wait) shows up as lag."""
+    loop = asyncio.get_running_loop()
+    while True:
+        t = loop.time()
+        await asyncio.sleep(period_s)
+        samples.append(max(0.0, loop.time() - t - period_s))
 
 
 def speech(runtime: ServeRuntime, text: str) -> np.ndarray:
@@ -135,6 +147,7 @@ async def concurrency(server: RealtimeServer, runtime: ServeRuntime, voices: lis
             await asyncio.sleep(0.5)
 
     sampling = asyncio.create_task(sampler())
+    lag = asyncio.create_task(loop_lag(stats.loop_lag_s))
     t0 = time.perf_counter()
     await asyncio.gather(*(
         client(server.url, [voices[(k + j) % len(voices)] for j in range(turns)], stats, deadline)
@@ -142,6 +155,7 @@ async def concurrency(server: RealtimeServer, runtime: ServeRuntime, voices: lis
     ))
     wall = time.perf_counter() - t0
     sampling.cancel()
+    lag.cancel()
     return stats, wall
 
 
@@ -221,17 +235,21 @@ async def main_async(args: argparse.Namespace) -> int:
                 base = (p50, tps)
             ratio_p50 = f"{p50 / base[0]:.2f}x" if p50 and base[0] else "-"
             ratio_tps = f"{tps / base[1]:.2f}x" if base[1] else "-"
+            lag = stats.loop_lag_s
             rows.append([n, stats.turns, stats.failed, _ms(p50), _ms(p95), f"{tps:.1f}",
-                         ratio_p50, ratio_tps, stats.max_pages_used, stats.max_pages_shared])
+                         ratio_p50, ratio_tps, stats.max_pages_used, stats.max_pages_shared,
+                         _ms(percentile(lag, 99)), _ms(max(lag) if lag else None)])
             print(f"N={n}: {rows[-1]}", file=sys.stderr, flush=True)
             await drained(server)
             runtime.check_engine()
         print(format_table(["sessions", "turns", "timed out", "v2v p50", "v2v p95",
                             "tokens/s (all)", "p50 vs N=1", "tokens/s vs N=1",
-                            "pages used (max)", "pages shared (max)"], rows))
+                            "pages used (max)", "pages shared (max)",
+                            "loop lag p99", "loop lag max"], rows))
         print("tokens/s: generated tokens of all sessions / wall time of the run, under a "
               "real-time load (audio in and out at 1x); pages shared: KV pages referenced by "
-              f"more than one sequence (page size {runtime.cfg.engine.page_size} tokens)")
+              f"more than one sequence (page size {runtime.cfg.engine.page_size} tokens); "
+              "loop lag: how late a 10 ms timer fired on the server's event loop")
         print(f"engine after the concurrency runs: {runtime.engine_stats()}")
         seconds = args.minutes * 60 if args.minutes else args.seconds
         samples = await churn(server, runtime, voices, seconds, args.churn_sessions)

@@ -68,6 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr)
 
+    models = None
     try:
         cfg = load_config(args.config or default_config_path(), env={})
         models = load_models(cfg, progress=say, deterministic_tts=not args.realtime)
@@ -84,6 +85,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UserError, AudioError, EngineError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    finally:
+        if models is not None:
+            models.close()
     print(format_conversation(outcome.result.conversation))
     print()
     print(format_metrics(outcome.result.metrics))

@@ -63,9 +63,12 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
 
     models = load_models(cfg, progress=say, deterministic_tts=not args.realtime)
     say(f"replaying {wav} ({'real time' if args.realtime else 'virtual time'})")
-    outcome = replay_sync(models, cfg, wav, ReplayOptions(
-        realtime=args.realtime, heard_path=args.out, echo_loopback_db=args.echo_loopback,
-        output_gain_db=args.output_gain))
+    try:
+        outcome = replay_sync(models, cfg, wav, ReplayOptions(
+            realtime=args.realtime, heard_path=args.out, echo_loopback_db=args.echo_loopback,
+            output_gain_db=args.output_gain))
+    finally:
+        models.close()
     write_outputs(outcome, events=args.events, transcript=args.transcript)
     if not args.quiet:
         print(format_conversation(outcome.result.conversation))

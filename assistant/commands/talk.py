@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import logging
 import signal
 import sys
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from assistant.loop.event_log import (
     TranscriptFinalEntry,
     TranscriptPartialEntry,
 )
+from assistant.loop.tasks import cancel_and_wait
 
 __all__ = ["register", "run", "TerminalView", "converse"]
 
@@ -28,6 +30,8 @@ through the speaker, and you can interrupt the assistant at any time (it keeps o
 the words you heard). The terminal shows the current state and the transcripts.
 Use headphones, or keep echo handling on (echo.mode: gate or aec). Ctrl-C exits.
 """
+
+_log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -97,10 +101,7 @@ async def converse(pipeline: Any, frames: Any, stop: asyncio.Event,
             feeder.result()  # raise a pipeline failure
     finally:
         on_stop()
-        for task in (feeder, stopper):
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(feeder, stopper, logger=_log, what="talk task")
         await pipeline.aclose()
 
 
@@ -134,6 +135,9 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
             with contextlib.suppress(NotImplementedError):
                 loop.remove_signal_handler(signal.SIGINT)
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        models.close()
     print("\nbye", file=sys.stderr)
     return 0

@@ -1,14 +1,17 @@
-"""The conversation on the engine: one live sequence that always equals the history.
+"""The conversation on an LLM backend: one live sequence that always equals the history.
 
-:class:`Dialogue` owns the engine's live sequence and the :class:`Conversation`, and
+:class:`Dialogue` owns the backend's live sequence and the :class:`Conversation`, and
 keeps them equal token for token between turns: a turn appends the user message and
 the reply header (computing only those ids), the reply is generated on the same
 sequence, and the turn is closed with what was *heard* -- all of it, or after a
 barge-in the generated ids up to the last fully played word, then the end-of-turn ids.
-Speculative forks (see :mod:`assistant.dialogue.speculation`) are adopted on a hit.
+Speculative forks (:class:`~assistant.dialogue.speculation_pool.SpeculationPool`) are
+adopted on a hit.
 
-Not thread-safe: like the engine, call it from one worker thread
-(:class:`assistant.loop.workers.EngineWorker`), which also drives :meth:`step`.
+Written against the LLM backend protocol (:mod:`assistant.llm.protocol`), never an
+engine. Not thread-safe: it lives on the engine thread
+(:class:`~assistant.llm.host.EngineHost`), which steps the backend and then calls
+:meth:`Dialogue.collect` for the outputs.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 from assistant.dialogue.conversation import INTERRUPTED_MARKER, Conversation, TurnRenderer
 from assistant.dialogue.reply import ReplyTokens
-from assistant.dialogue.speculation import Speculation, resolve
+from assistant.dialogue.speculation import apply_event, resolve, sync_reply
+from assistant.dialogue.speculation_pool import SpeculationPool
 from assistant.dialogue.types import (
     DialogueError,
     DialogueOptions,
@@ -32,10 +36,7 @@ from engine.events import FinishReason
 from engine.params import Priority, SamplingParams
 
 if TYPE_CHECKING:
-    from engine.engine import Engine
-    from engine.events import TokenEvent
-    from engine.job import Job
-    from engine.sequence import Sequence as EngineSequence
+    from assistant.llm.protocol import LLMBackend, LLMJob, LLMSequence
 
 __all__ = [
     "DialogueOptions",
@@ -59,9 +60,7 @@ class _LiveTurn:
     reply: ReplyTokens = field(default_factory=ReplyTokens)
     drafted: int = 0
     """Leading reply tokens taken from an adopted speculation."""
-    job: Job | None = None
-    closed_by_engine: bool = False
-    """The generation finished and the engine appended the end-of-turn ids."""
+    job: LLMJob | None = None
     finished: bool = False
     """No more reply text will come."""
     finish_reason: str | None = None
@@ -70,22 +69,33 @@ class _LiveTurn:
 class Dialogue:
     """See the module docstring."""
 
-    def __init__(self, engine: Engine, renderer: TurnRenderer, options: DialogueOptions) -> None:
-        self.engine = engine
-        self.options = options
+    def __init__(self, backend: LLMBackend, renderer: TurnRenderer,
+                 options: DialogueOptions) -> None:
+        self.backend = backend
+        self._options = options
+        self._next_options: DialogueOptions | None = None
         self.conversation = Conversation(renderer, options.system_prompt,
                                          interrupted_marker=options.interrupted_marker)
-        self._seq: EngineSequence = engine.sequence(priority=Priority.LIVE)
-        self._seq.extend(self.conversation.token_ids)
-        self._specs: dict[int, Speculation] = {}
-        self._dropped: set[int] = set()
+        self._seq: LLMSequence = backend.sequence(priority=Priority.LIVE)
+        try:
+            self._seq.extend(self.conversation.token_ids)
+        except BaseException:
+            self._seq.release()
+            raise
+        self._specs = SpeculationPool(backend, lambda: self._params(speculative=True),
+                                      min_clause_chars=options.min_clause_chars)
         self._live: _LiveTurn | None = None
         self._outbox: list[DialogueOutput] = []
+        self._closed = False
 
     # ------------------------------------------------------------------ queries
 
     @property
-    def sequence(self) -> EngineSequence:
+    def options(self) -> DialogueOptions:
+        return self._options
+
+    @property
+    def sequence(self) -> LLMSequence:
         """The live sequence (history, plus the open turn if any)."""
         return self._seq
 
@@ -98,7 +108,14 @@ class Dialogue:
         return self._live.reply.text if self._live else ""
 
     def has_work(self) -> bool:
-        return self.engine.has_work()
+        """This conversation has generation in flight or outputs not collected yet."""
+        live = self._live
+        return (bool(self._outbox) or self._specs.has_work()
+                or (live is not None and live.job is not None and not live.job.done))
+
+    def owns(self, job: LLMJob) -> bool:
+        live = self._live
+        return (live is not None and live.job is job) or self._specs.owns(job)
 
     def in_sync(self) -> bool:
         """True when no turn is open and the sequence holds exactly the history's ids."""
@@ -106,15 +123,27 @@ class Dialogue:
 
     def history_text_matches(self) -> bool | None:
         """Whether the sequence decodes to the chat template's rendering of the history
-        (None when the renderer or tokenizer cannot tell)."""
+        (None when the renderer cannot tell)."""
         renderer: Any = self.conversation.renderer
-        tokenizer: Any = getattr(self.engine, "tokenizer", None)
-        if not hasattr(renderer, "render_text") or tokenizer is None:
+        if not hasattr(renderer, "render_text"):
             return None
         marker = INTERRUPTED_MARKER if self.conversation.interrupted_marker else ""
         messages = [{"role": t.role, "content": t.text + (marker if t.interrupted else "")}
                     for t in self.conversation.turns]
-        return bool(tokenizer.decode(list(self._seq.tokens)) == renderer.render_text(messages))
+        decoded = self.backend.tokenizer.decode(list(self._seq.tokens))
+        return bool(decoded == renderer.render_text(messages))
+
+    # ------------------------------------------------------------------ settings
+
+    def set_options(self, options: DialogueOptions) -> None:
+        """New generation settings, effective from the next turn (a reply in progress
+        keeps the settings it started with). The system prompt is fixed at creation."""
+        if options.system_prompt != self._options.system_prompt:
+            raise DialogueError("the system prompt cannot change in a conversation")
+        if self._live is None:
+            self._options, self._next_options = options, None
+        else:
+            self._next_options = options
 
     # ------------------------------------------------------------------ speculation
 
@@ -123,46 +152,35 @@ class Dialogue:
 
         Ignored while a reply is open or once ``spec_id`` was cancelled (a cancel may
         overtake its own queued start)."""
-        if self._live is not None or spec_id in self._dropped or spec_id in self._specs:
+        if self._live is not None:
             return
         user_ids, header = self.conversation.user_prompt_ids(user_text)
-        fork = self._seq.fork(priority=Priority.SPECULATIVE)
-        spec = Speculation(spec_id=spec_id, user_text=user_text, prompt_ids=user_ids + header,
-                           seq=fork, base_len=len(self._seq))
-        spec.chunker.min_clause_chars = self.options.min_clause_chars
-        spec.job = self.engine.enqueue(fork, self._params(speculative=True),
-                                       prompt_ids=spec.prompt_ids,
-                                       priority=Priority.SPECULATIVE)
-        self._specs[spec_id] = spec
+        self._specs.start(spec_id, user_text, self._seq, user_ids + header)
 
     def cancel_speculation(self, spec_id: int) -> None:
         """Drop a speculation (idempotent); its cached pages stay matchable."""
-        self._dropped.add(spec_id)
-        spec = self._specs.pop(spec_id, None)
-        if spec is not None:
-            self._stop_spec(spec)
-            spec.seq.release()
+        self._specs.cancel(spec_id)
 
     def cancel_all_speculations(self) -> None:
-        for spec_id in list(self._specs):
-            self.cancel_speculation(spec_id)
+        self._specs.cancel_all()
 
     # ------------------------------------------------------------------ turns
 
-    def start_turn(self, turn_id: int, user_text: str, spec_id: int | None) -> TurnStart:
-        """Commit the user's turn and start the reply (adopting a matching speculation)."""
+    def start_turn(self, turn_id: int, user_text: str, spec_id: int | None,
+                   *, max_new_tokens: int | None = None) -> TurnStart:
+        """Commit the user's turn and start the reply (adopting a matching speculation).
+        ``max_new_tokens`` overrides the option for this reply only."""
         if self._live is not None:
             raise DialogueError(f"turn {turn_id} started while turn {self._live.turn_id} is open")
         user_ids, header = self.conversation.user_prompt_ids(user_text)
         prompt = user_ids + header
-        spec = self._specs.pop(spec_id, None) if spec_id is not None else None
-        self.cancel_all_speculations()
+        spec = self._specs.take(spec_id)
+        self._specs.cancel_all()
         base = len(self._seq)
         outcome, common, drafted = "none", 0, 0
         reply = ReplyTokens()
         pending_done = False
         if spec is not None:
-            self._stop_spec(spec)
             res = resolve(spec.prompt_ids, prompt)
             common = res.common_prefix_tokens
             self._seq.release()
@@ -198,21 +216,32 @@ class Dialogue:
             live.finished = True
             live.finish_reason = "eos"
         else:
-            remaining = max(1, self.options.max_new_tokens - len(reply))
-            live.job = self.engine.enqueue(self._seq, self._params(max_new_tokens=remaining),
-                                           priority=Priority.LIVE)
+            limit = max_new_tokens or self._options.max_new_tokens
+            remaining = max(1, limit - len(reply))
+            live.job = self.backend.enqueue(self._seq, self._params(max_new_tokens=remaining),
+                                            priority=Priority.LIVE)
         return TurnStart(
             turn_id=turn_id, user_text=user_text, prompt_tokens=len(prompt),
             prompt_tokens_computed=computed, prompt_tokens_reused=reused, speculation=outcome,
             spec_id=spec.spec_id if spec else None, spec_text=spec.user_text if spec else "",
             common_prefix_tokens=common, drafted_tokens=drafted)
 
-    def step(self) -> list[DialogueOutput]:
-        """Advance the engine by one step (if it has work); return what came out."""
-        if self.engine.has_work():
-            self.engine.step()
-        self._collect()
-        out, self._outbox = self._outbox, []
+    def collect(self) -> list[DialogueOutput]:
+        """What came out of the backend for this conversation since the last call (call
+        after each backend step; the engine thread does)."""
+        out: list[DialogueOutput] = list(self._specs.collect())
+        live = self._live
+        if live is not None and live.job is not None:
+            events = live.job.take_events()
+            text = "".join(apply_event(live.reply, ev) for ev in events)
+            done = any(ev.finished for ev in events)
+            if done:
+                self._on_live_finished(live)
+            if text or done:
+                self._outbox.append(ReplyDelta(live.turn_id, text, len(live.reply), done=done,
+                                               finish_reason=live.finish_reason))
+        out += self._outbox
+        self._outbox = []
         return out
 
     def finish_turn(self, turn_id: int, spoken_ms: int) -> TurnClosed:
@@ -221,7 +250,6 @@ class Dialogue:
         if not live.finished:
             # Playback can only end after the text did; be safe and keep what exists.
             self._cancel_live(live)
-            return self._close(live, len(live.reply), spoken_ms, interrupted=False)
         return self._close(live, len(live.reply), spoken_ms, interrupted=False)
 
     def cut_turn(self, turn_id: int, heard_chars: int, spoken_ms: int) -> TurnClosed:
@@ -243,10 +271,21 @@ class Dialogue:
             raise DialogueError("withdrawn turn did not end with its user message")
         self._seq.truncate(self.conversation.num_tokens)
         self._check_sync()
+        self._turn_boundary()
+
+    def abort(self) -> None:
+        """Stop all generation after a backend failure (the open turn stays open, with
+        what it has; no more text comes)."""
+        self._specs.cancel_all()
+        if self._live is not None:
+            self._cancel_live(self._live)
 
     def close(self) -> None:
         """Cancel everything and release every sequence. Idempotent."""
-        self.cancel_all_speculations()
+        if self._closed:
+            return
+        self._closed = True
+        self._specs.cancel_all()
         if self._live is not None:
             self._cancel_live(self._live)
             self._live = None
@@ -256,7 +295,7 @@ class Dialogue:
 
     def _params(self, *, speculative: bool = False,
                 max_new_tokens: int | None = None) -> SamplingParams:
-        o = self.options
+        o = self._options
         renderer = self.conversation.renderer
         stop_ids = tuple(getattr(renderer, "stop_token_ids", ()) or ())
         return SamplingParams(
@@ -265,9 +304,9 @@ class Dialogue:
             temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed, stop=o.stop,
             stop_token_ids=stop_ids,
             # A draft leaves its turn open: the live reply may continue it. A live reply
-            # too: its end-of-turn ids are computed when the turn is closed (after
-            # playback), so the step that samples the stop token does not also prefill
-            # them -- that step's text is often what the first audio waits for.
+            # too: its end-of-turn ids are added when the turn is closed (after playback),
+            # so the step that samples the stop token does not also prefill them -- that
+            # step's text is often what the first audio waits for.
             end_of_turn=())
 
     def _require(self, turn_id: int) -> _LiveTurn:
@@ -275,65 +314,18 @@ class Dialogue:
             raise DialogueError(f"turn {turn_id} is not the open turn")
         return self._live
 
-    def _collect(self) -> None:
-        for spec in list(self._specs.values()):
-            if spec.job is None:
-                continue
-            for ev in spec.job.take_events():
-                self._on_spec_event(spec, ev)
-        live = self._live
-        if live is not None and live.job is not None:
-            events = live.job.take_events()
-            text = "".join(_apply(live.reply, ev) for ev in events)
-            done = any(ev.finished for ev in events)
-            if done:
-                self._on_live_finished(live)
-            if text or done:
-                self._outbox.append(ReplyDelta(live.turn_id, text, len(live.reply), done=done,
-                                               finish_reason=live.finish_reason))
-
-    def _on_spec_event(self, spec: Speculation, ev: TokenEvent) -> None:
-        if spec.done:
-            return
-        _apply(spec.reply, ev)
-        if ev.finished:
-            assert spec.job is not None and spec.job.result is not None
-            spec.finish_reason = spec.job.result.finish_reason
-            _sync_reply(spec.reply, spec.job)
-            spec.on_finished()
-        elif spec.on_text(ev.text_delta):
-            self._stop_spec(spec)  # a clause is enough: stop drafting
-        if spec.done and spec.first_clause is not None:
-            self._outbox.append(SpeculationDrafted(spec.spec_id, spec.first_clause))
-
-    def _stop_spec(self, spec: Speculation) -> None:
-        """Stop a speculation's generation, keeping what its fork holds."""
-        job = spec.job
-        if job is None or spec.done:
-            return
-        if not job.done:
-            for ev in job.take_events():
-                _apply(spec.reply, ev)
-            self.engine.cancel(job)
-            job.take_events()
-            spec.finish_reason = FinishReason.CANCELLED
-        else:
-            for ev in job.take_events():
-                self._on_spec_event(spec, ev)
-
     def _on_live_finished(self, live: _LiveTurn) -> None:
         assert live.job is not None and live.job.result is not None
         result = live.job.result
         live.finished = True
         live.finish_reason = result.finish_reason.value
         if result.finish_reason is not FinishReason.CANCELLED:
-            _sync_reply(live.reply, live.job, live.drafted)
-            live.closed_by_engine = bool(live.job.params.end_of_turn)
+            sync_reply(live.reply, live.job, live.drafted)
 
     def _cancel_live(self, live: _LiveTurn) -> None:
         job = live.job
         if job is not None and not job.done:
-            self.engine.cancel(job)
+            self.backend.cancel(job)
             job.take_events()
             live.finished = True
             live.finish_reason = "cancelled"
@@ -341,47 +333,28 @@ class Dialogue:
     def _close(self, live: _LiveTurn, n_keep: int, spoken_ms: int, *,
                interrupted: bool) -> TurnClosed:
         generated = len(live.reply)
-        if live.closed_by_engine:
-            available = len(self._seq) - live.reply_start - len(
-                self.conversation.renderer.end_of_turn_ids)
-        else:
-            available = len(self._seq) - live.reply_start
+        available = len(self._seq) - live.reply_start
         n_keep = max(0, min(n_keep, available, generated))
         kept_ids = live.reply.ids[:n_keep]
-        full = not interrupted and live.closed_by_engine and n_keep == available
-        if not full:
-            self._seq.truncate(live.reply_start + n_keep)
-            self._seq.extend(self.conversation.closing_ids(interrupted=interrupted))
+        # The end-of-turn ids are never generated into the sequence (see _params): cut
+        # to what is kept, then close the turn as the template does.
+        self._seq.truncate(live.reply_start + n_keep)
+        self._seq.extend(self.conversation.closing_ids(interrupted=interrupted))
         text = live.reply.text_of(n_keep)  # exactly the kept ids' text
         turn = self.conversation.add_assistant(
             text, live.header_ids, kept_ids, generated_tokens=generated,
             interrupted=interrupted, spoken_ms=spoken_ms, turn_id=live.turn_id)
         self._live = None
         self._check_sync()
+        self._turn_boundary()
         return TurnClosed(live.turn_id, turn, n_keep, generated, live.reply.text, len(self._seq))
+
+    def _turn_boundary(self) -> None:
+        if self._next_options is not None:
+            self._options, self._next_options = self._next_options, None
 
     def _check_sync(self) -> None:
         if self._seq.tokens != self.conversation.token_ids:
             raise DialogueError(
                 f"engine sequence ({len(self._seq)} tokens) differs from the history "
                 f"({self.conversation.num_tokens} tokens)")
-
-
-def _apply(reply: ReplyTokens, ev: TokenEvent) -> str:
-    """Add one token event to a reply; returns the text it released."""
-    if ev.token_id < 0:  # a cancellation carries no token
-        reply.add_text(ev.text_delta)
-    elif ev.finished and ev.finish_reason is FinishReason.EOS:
-        reply.add_text(ev.text_delta)  # the end-of-turn token itself is not kept
-    else:
-        reply.add(ev.token_id, ev.text_delta)
-    return ev.text_delta
-
-
-def _sync_reply(reply: ReplyTokens, job: Job, offset: int = 0) -> None:
-    """Make the reply's ids from ``offset`` on those the job kept (a stop string may
-    re-encode the tail); the first ``offset`` tokens came from an adopted draft."""
-    result = job.result
-    if result is not None and reply.ids[offset:] != result.token_ids:
-        reply.reset_to(reply.ids[:offset] + result.token_ids,
-                       reply.text_of(offset) + result.text)

@@ -10,8 +10,9 @@ never played). At the end of the turn the final transcript is rendered the same 
 - different ids: a *miss*. The fork is cut back to the longest common token prefix
   and extended with only the ids that differ, so the shared part is not recomputed.
 
-This module holds the state of one speculation and the pure decisions; the engine
-calls are made by :class:`assistant.dialogue.dialogue.Dialogue` on the engine's thread.
+This module holds the state of one speculation and the pure decisions; the backend
+calls are made by :class:`~assistant.dialogue.speculation_pool.SpeculationPool` and
+:class:`~assistant.dialogue.dialogue.Dialogue` on the engine thread.
 """
 
 from __future__ import annotations
@@ -22,13 +23,14 @@ from typing import TYPE_CHECKING
 
 from assistant.dialogue.reply import ReplyTokens
 from assistant.speech.voice import ReplyChunker
+from engine.events import FinishReason
 
 if TYPE_CHECKING:
-    from engine import Sequence as EngineSequence
-    from engine.events import FinishReason
-    from engine.job import Job
+    from assistant.llm.protocol import LLMJob, LLMSequence
+    from engine.events import TokenEvent
 
-__all__ = ["Speculation", "Resolution", "resolve", "common_prefix_len"]
+__all__ = ["Speculation", "Resolution", "resolve", "common_prefix_len", "apply_event",
+           "sync_reply"]
 
 
 def common_prefix_len(a: Sequence[int], b: Sequence[int]) -> int:
@@ -64,10 +66,10 @@ class Speculation:
     user_text: str
     prompt_ids: tuple[int, ...]
     """The user-turn ids the fork was extended with."""
-    seq: EngineSequence
+    seq: LLMSequence
     base_len: int
     """Length of the committed conversation the fork was taken from."""
-    job: Job | None = None
+    job: LLMJob | None = None
     reply: ReplyTokens = field(default_factory=ReplyTokens)
     chunker: ReplyChunker = field(default_factory=ReplyChunker)
     """The live reply's chunking rule (a short first clause), so a pre-synthesised
@@ -104,3 +106,23 @@ class Speculation:
     def kept_tokens(self) -> int:
         """Generated tokens whose K/V is in the fork (a pending sampled token is not)."""
         return max(0, min(len(self.reply), len(self.seq) - self.reply_start))
+
+
+def apply_event(reply: ReplyTokens, ev: TokenEvent) -> str:
+    """Add one token event to a reply; returns the text it released."""
+    if ev.token_id < 0:  # a cancellation carries no token
+        reply.add_text(ev.text_delta)
+    elif ev.finished and ev.finish_reason is FinishReason.EOS:
+        reply.add_text(ev.text_delta)  # the end-of-turn token itself is not kept
+    else:
+        reply.add(ev.token_id, ev.text_delta)
+    return ev.text_delta
+
+
+def sync_reply(reply: ReplyTokens, job: LLMJob, offset: int = 0) -> None:
+    """Make the reply's ids from ``offset`` on those the job kept (a stop string may
+    re-encode the tail); the first ``offset`` tokens came from an adopted draft."""
+    result = job.result
+    if result is not None and reply.ids[offset:] != result.token_ids:
+        reply.reset_to(reply.ids[:offset] + result.token_ids,
+                       reply.text_of(offset) + result.text)

@@ -32,6 +32,9 @@ __all__ = [
     "PlaybackStoppedEntry",
     "TruncatedEntry",
     "ResponseDoneEntry",
+    "ResponseWithdrawnEntry",
+    "TextTurnEntry",
+    "EngineFailedEntry",
     "ENTRY_TYPES",
     "entry_to_json",
     "entry_from_json",
@@ -157,6 +160,9 @@ class BargeInEntry(Entry):
     turn_id: int
     played_ms: int
     """Reply audio played when the barge-in was detected."""
+    reason: str = "speech"
+    """``speech`` (the user talked over the reply) or what the caller of
+    ``Pipeline.interrupt`` gave (e.g. ``client_cancelled``)."""
 
 
 @dataclass(frozen=True)
@@ -196,6 +202,32 @@ class ResponseDoneEntry(Entry):
     spoken_ms: int
 
 
+@dataclass(frozen=True)
+class ResponseWithdrawnEntry(Entry):
+    """A reply was removed before any of it played (the user went on talking): its user
+    message is back in the open turn and nothing of it is in the history."""
+
+    type: ClassVar[str] = "response_withdrawn"
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class TextTurnEntry(Entry):
+    """A user turn given as text (``Pipeline.submit_text_turn``), not heard."""
+
+    type: ClassVar[str] = "text_turn"
+    turn_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class EngineFailedEntry(Entry):
+    """The engine thread failed a command or a generation of this conversation."""
+
+    type: ClassVar[str] = "engine_failed"
+    error: str
+
+
 ENTRY_TYPES: dict[str, type[Entry]] = {
     cls.type: cls
     for cls in (
@@ -214,6 +246,9 @@ ENTRY_TYPES: dict[str, type[Entry]] = {
         PlaybackStoppedEntry,
         TruncatedEntry,
         ResponseDoneEntry,
+        ResponseWithdrawnEntry,
+        TextTurnEntry,
+        EngineFailedEntry,
     )
 }
 """Every entry class by its ``type`` name."""

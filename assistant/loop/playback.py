@@ -1,10 +1,13 @@
-"""One reply's audio on the sink: which samples are its, and how much was heard.
+"""Replies on the sink: which samples are whose, how much was heard, when one is over.
 
 Sink positions count every sample ever queued (see :mod:`audio.sinks`); a reply's
 audio is the span from the position before its first write. :class:`ReplyPlayback`
 turns positions into reply-relative samples at the TTS rate (what word timings use),
 detects the start and the end of playback, and does the barge-in arithmetic: how much
 had been heard when the interruption was detected and how much leaked after it.
+:class:`PlaybackController` holds the one reply that may play at a time and drops the
+audio of any other turn (stale audio of an interrupted or withdrawn reply is never
+played).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from audio.chunk import AudioChunk
 from audio.sinks import Sink
 from audio.word_timing import TTSChunk
 
-__all__ = ["ReplyPlayback", "StopReport"]
+__all__ = ["ReplyPlayback", "StopReport", "PlaybackController", "Stopped"]
 
 
 @dataclass(frozen=True)
@@ -120,3 +123,71 @@ class ReplyPlayback:
             leaked_ms=max(0, heard - at_detection) * 1000 // rate,
             stopped_at_ms=now_ms + in_flight_ms,
         )
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A reply stopped before its end: its bookkeeping and what the stop did."""
+
+    playback: ReplyPlayback
+    report: StopReport
+
+
+class PlaybackController:
+    """The reply that owns the sink, from its start (before any audio) to its end."""
+
+    def __init__(self, sink: Sink, tts_rate: int, *, gain_db: float = 0.0) -> None:
+        self.sink = sink
+        self.tts_rate = tts_rate
+        self._gain = 10 ** (gain_db / 20)
+        self._current: ReplyPlayback | None = None
+
+    @property
+    def current(self) -> ReplyPlayback | None:
+        return self._current
+
+    @property
+    def playing_turn_id(self) -> int | None:
+        """The reply that owns the sink (playing, or started and not yet audible)."""
+        return self._current.turn_id if self._current is not None else None
+
+    def start(self, turn_id: int, *, speech_end_ms: int, endpoint_ms: int) -> None:
+        self._current = ReplyPlayback(turn_id=turn_id, tts_rate=self.tts_rate,
+                                      speech_end_ms=speech_end_ms, endpoint_ms=endpoint_ms,
+                                      gain=self._gain)
+
+    def write(self, turn_id: int, chunk: TTSChunk, now_ms: int) -> bool:
+        """Queue a chunk of ``turn_id`` (dropped unless it owns the sink); True if it is
+        the reply's first audio."""
+        cur = self._current
+        if cur is None or cur.turn_id != turn_id or cur.stopped:
+            return False
+        return cur.write(self.sink, chunk, now_ms)
+
+    def tts_done(self, turn_id: int) -> None:
+        if self._current is not None and self._current.turn_id == turn_id:
+            self._current.tts_done = True
+
+    def poll(self) -> ReplyPlayback | None:
+        """The reply, once all of it was produced and heard (it no longer owns the sink)."""
+        cur = self._current
+        if cur is None or cur.stopped or not cur.finished(self.sink):
+            return None
+        self._current = None
+        return cur
+
+    def stop(self, turn_id: int, *, detected_ms: int, now_ms: int) -> Stopped | None:
+        """Stop ``turn_id`` now (barge-in or interrupt); None if it does not own the sink."""
+        cur = self._current
+        if cur is None or cur.turn_id != turn_id:
+            return None
+        self._current = None
+        return Stopped(cur, cur.stop(self.sink, detected_ms=detected_ms, now_ms=now_ms))
+
+    def withdraw(self, turn_id: int) -> None:
+        """Drop ``turn_id`` before it was heard (nothing of it is kept)."""
+        cur = self._current
+        if cur is not None and cur.turn_id == turn_id:
+            self._current = None
+            cur.stopped = True
+            self.sink.stop()

@@ -20,6 +20,7 @@ from assistant.speech.listener import Listener
 from assistant.turns.turn_manager import TurnManager, TurnOptions
 
 if TYPE_CHECKING:
+    from assistant.llm.host import EngineHost
     from audio.asr import Transcriber
     from audio.clock import Clock
     from audio.echo import EchoOptions, EchoProcessor
@@ -35,12 +36,20 @@ __all__ = ["LiveAudio", "LoopModels", "load_models", "build_pipeline", "vad_opti
 
 @dataclass
 class LoopModels:
-    """The loaded models of the loop (shared by every pipeline of a process)."""
+    """The loaded models of the loop (shared by every pipeline of a process).
+
+    ``host`` is the one engine thread that owns the LLM backend; every conversation of
+    the process runs on it. :meth:`close` stops it (release the pipelines first)."""
 
     engine: Engine
     template: ChatTemplate
     transcriber: Transcriber
     synthesizer: Synthesizer
+    host: EngineHost
+
+    def close(self) -> None:
+        """Stop the engine thread (idempotent)."""
+        self.host.close()
 
 
 def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None,
@@ -52,6 +61,8 @@ def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     same events for the same input.
     """
     from assistant.app.models import resolve_asr, resolve_llm, resolve_voice
+    from assistant.llm.host import EngineHost
+    from assistant.llm.local import LocalBackend
     from audio.asr import ASROptions, Transcriber
     from audio.tts import Synthesizer, TTSOptions
     from engine import ChatTemplate, Engine
@@ -74,7 +85,8 @@ def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
                          prefill_chunk=e.prefill_chunk)
     template = ChatTemplate(engine.tokenizer)
     template.verify()
-    return LoopModels(engine, template, transcriber, synthesizer)
+    return LoopModels(engine, template, transcriber, synthesizer,
+                      EngineHost(LocalBackend(engine)))
 
 
 def vad_options(cfg: AppConfig) -> VadOptions:
@@ -147,11 +159,13 @@ def build_pipeline(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Si
     """
     from audio.streaming_asr import StreamingASROptions
 
-    dialogue = Dialogue(models.engine, models.template, dialogue_options(cfg))
+    template, options = models.template, dialogue_options(cfg)
     listener = Listener(vad_options(cfg), echo)
     opts = pipeline_options or PipelineOptions(virtual=virtual)
     asr_options: Any = StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms)
-    return Pipeline(dialogue=dialogue, transcriber=models.transcriber,
+    return Pipeline(host=models.host,
+                    dialogue=lambda backend: Dialogue(backend, template, options),
+                    transcriber=models.transcriber,
                     synthesizer=models.synthesizer, turn_manager=TurnManager(turn_options(cfg)),
                     listener=listener, clock=clock, sink=sink, asr_options=asr_options,
                     min_clause_chars=cfg.tts.min_clause_chars, options=opts, on_entry=on_entry)

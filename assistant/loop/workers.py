@@ -132,6 +132,9 @@ class Worker:
                     command()
                 else:
                     self.background_step()
-            except Exception as exc:  # reported, never kills the thread
+            except BaseException as exc:  # reported; the thread survives
+                # Even a SystemExit raised by a model library must not leave the worker
+                # "busy" forever (nobody waiting on idle() would ever wake): report it to
+                # the pipeline, which fails the conversation, and go on serving.
                 _log.exception("%s worker failed", self.name)
                 self.post(WorkerFailed(self.name, exc))

@@ -1,24 +1,23 @@
-"""What one daemon process shares between its sessions: models, the engine and its gate.
+"""What one daemon process shares between its sessions: models and the engine thread.
 
 `build_runtime(cfg)` loads ASR, TTS and the LLM once (the same loader as ``talk`` and
 ``replay``), and maps the config onto each component's options. Every session's
-`PipelineBackend` then runs on these: one engine (batched decode steps across sessions,
-the system prompt's KV pages shared by all of them), one Whisper model (serialised by
-its own lock), one Piper voice.
+`PipelineBackend` then runs on these: one engine thread (:class:`EngineHost`: each
+session's dialogue lives on it, decode steps are batched across sessions, the system
+prompt's KV pages are shared by all of them), one Whisper model (serialised by its own
+lock), one Piper voice.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from assistant.serve.backend.contract import SessionBackend, SessionSettings, TurnDetectionSettings
-from assistant.serve.backend.shared_engine import EngineGate, GatedDialogue
 from assistant.serve.protocol.settings import ServedModels
 
 if TYPE_CHECKING:
@@ -34,7 +33,6 @@ log = logging.getLogger("assistant.serve")
 class ServeRuntime:
     cfg: AppConfig
     models: LoopModels
-    gate: EngineGate
     dialogue_options: Any
     turn_options: Any
     vad_options: Any
@@ -43,45 +41,28 @@ class ServeRuntime:
     session_queue: int
     served: ServedModels
     defaults: SessionSettings
-    _stats: dict[str, int] = field(default_factory=dict)
 
     def backend_factory(self, settings: SessionSettings) -> SessionBackend:
         from assistant.serve.backend.pipeline_backend import PipelineBackend
 
         return PipelineBackend(self, settings)
 
-    def engine_stats(self) -> dict[str, int]:
-        """A snapshot of the shared engine's counters (waits for the step in progress)."""
-        return dict(self.gate.run(self._snapshot))
-
-    def _snapshot(self) -> dict[str, int]:
-        stats = self.models.engine.stats()
-        self._stats = {
-            "pages_total": stats.pages_total,
-            "pages_used": stats.pages_used,
-            "pages_free": stats.pages_free,
-            "pages_cached": stats.pages_cached,
-            "pages_shared": stats.pages_shared,
-            "sequences": stats.sequences,
-            "tokens_computed": stats.tokens_computed,
-            "tokens_reused": stats.tokens_referenced + stats.tokens_copied,
-            "tokens_decoded": stats.tokens_decoded,
-        }
-        return self._stats
+    def engine_stats(self, timeout_s: float = 30.0) -> dict[str, int]:
+        """Exact counters, read on the engine thread (blocks: call off the event loop)."""
+        return _gauges(self.models.host.call(lambda b: b.stats()).result(timeout_s))
 
     def engine_gauges(self) -> Mapping[str, int]:
-        """For ``/metrics``: never waits on the engine; a scrape during a step gets the
-        previous snapshot."""
-        if self.gate.try_run(self._snapshot) is None and not self._stats:
-            return {}
-        return dict(self._stats)
+        """For ``/metrics``: the engine thread's latest snapshot; never waits."""
+        stats = self.models.host.stats()
+        return _gauges(stats) if stats is not None else {}
 
-    def check_engine(self) -> None:
-        """Run the engine's invariant check under the gate (tests, benchmarks)."""
-        self.gate.run(self.models.engine.check)
+    def check_engine(self, timeout_s: float = 30.0) -> None:
+        """Run the backend's invariant check on the engine thread (tests, benchmarks)."""
+        self.models.host.call(lambda b: b.check()).result(timeout_s)
 
     def close(self) -> None:
-        """Nothing to release beyond what the sessions release; kept for symmetry."""
+        """Stop the engine thread (after every session was closed)."""
+        self.models.close()
 
     async def run_local_audio(self, stop: asyncio.Event) -> None:
         """The local microphone/speaker loop (as ``assistant talk``), headless, on the
@@ -97,26 +78,26 @@ class ServeRuntime:
         models = self.models
         live = open_live_audio(self.cfg, models)
         clock, echo, sink, mic = live.clock, live.echo, live.sink, live.mic
-        dialogue = await asyncio.to_thread(
-            self.gate.run,
-            lambda: Dialogue(models.engine, models.template, self.dialogue_options))
+        template, options = models.template, self.dialogue_options
 
         def on_entry(entry: Any) -> None:
             log.info("local audio: %s", type(entry).__name__,
                      extra={"entry": getattr(entry, "type", "")})
 
         pipeline = Pipeline(
-            dialogue=GatedDialogue(dialogue, self.gate),  # type: ignore[arg-type]
+            host=models.host, dialogue=lambda backend: Dialogue(backend, template, options),
             transcriber=models.transcriber, synthesizer=models.synthesizer,
             turn_manager=TurnManager(self.turn_options), listener=Listener(self.vad_options, echo),
             clock=clock, sink=sink, asr_options=self.asr_options,
-            min_clause_chars=self.min_clause_chars, on_entry=on_entry)
+            min_clause_chars=self.min_clause_chars, on_entry=on_entry, name="local-audio")
         log.info("local audio loop started")
         try:
             await converse(pipeline, threaded_frames(iter(mic)), stop, mic.close)
         finally:
-            with contextlib.suppress(Exception):
+            try:
                 sink.close()
+            except Exception:
+                log.exception("closing the local speaker failed")
             log.info("local audio loop stopped")
 
 
@@ -140,7 +121,7 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
         max_output_tokens=cfg.llm.max_new_tokens,
     )
     return ServeRuntime(
-        cfg=cfg, models=models, gate=EngineGate(),
+        cfg=cfg, models=models,
         dialogue_options=dialogue_options(cfg), turn_options=turn_options(cfg),
         vad_options=vad_options(cfg),
         asr_options=StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms),
@@ -154,3 +135,17 @@ def build_runtime(cfg: AppConfig, progress: Callable[[str], None] | None = None)
     from assistant.loop.setup import load_models
 
     return runtime_from_models(cfg, load_models(cfg, progress=progress))
+
+
+def _gauges(stats: Any) -> dict[str, int]:
+    return {
+        "pages_total": stats.pages_total,
+        "pages_used": stats.pages_used,
+        "pages_free": stats.pages_free,
+        "pages_cached": stats.pages_cached,
+        "pages_shared": stats.pages_shared,
+        "sequences": stats.sequences,
+        "tokens_computed": stats.tokens_computed,
+        "tokens_reused": stats.tokens_reused,
+        "tokens_decoded": stats.tokens_decoded,
+    }

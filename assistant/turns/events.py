@@ -10,6 +10,7 @@ Inputs (what happened):
     SpeechStarted, VoiceFrame, ShortPause, SpeechResumed, EndOfTurn   -- from VAD
     PartialTranscript, FinalTranscript                                -- from ASR
     AudioStarted, PlaybackDone                                        -- from the player
+    TextTurn, Interrupt                                               -- from an API caller
 
 Actions (what to do), each carrying the ``turn_id`` it belongs to where one exists so
 stale work can be recognised and dropped:
@@ -39,6 +40,8 @@ __all__ = [
     "FinalTranscript",
     "AudioStarted",
     "PlaybackDone",
+    "TextTurn",
+    "Interrupt",
     "TurnInput",
     # actions
     "RequestPartial",
@@ -147,6 +150,25 @@ class PlaybackDone:
     turn_id: int
 
 
+@dataclass(frozen=True)
+class TextTurn:
+    """A whole user turn given as text (a client's text item, a manual audio commit);
+    it is answered only while nobody holds the floor (listening)."""
+
+    t_ms: int
+    text: str
+
+
+@dataclass(frozen=True)
+class Interrupt:
+    """Stop reply ``turn_id`` without user speech (a client's ``response.cancel``): cut
+    it to the words heard so far (none, if nothing played) and give the floor back."""
+
+    t_ms: int
+    turn_id: int
+    reason: str = "cancelled"
+
+
 TurnInput = (
     SpeechStarted
     | VoiceFrame
@@ -157,6 +179,8 @@ TurnInput = (
     | FinalTranscript
     | AudioStarted
     | PlaybackDone
+    | TextTurn
+    | Interrupt
 )
 
 # --------------------------------------------------------------------------- actions
@@ -227,6 +251,8 @@ class BargeIn:
     turn_id: int
     t_ms: int
     """When the barge-in was detected."""
+    reason: str = "speech"
+    """``speech``, or the reason of an :class:`Interrupt`."""
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,18 @@ Rules
   when the partial says something new, starts a speculation on it (replacing the
   previous one). At end of turn the latest speculation is handed to the response, which
   adopts or drops it.
+- A text turn (:class:`TextTurn`) is answered only while listening; an
+  :class:`Interrupt` of the reply in flight cuts it like a barge-in (to the words heard,
+  none before audio) and gives the floor back.
 - Outputs carry a ``turn_id``; reports about any other turn (stale audio, a late
   playback-done from an interrupted reply) are ignored.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from assistant.turns.events import (
     AudioStarted,
@@ -37,6 +42,7 @@ from assistant.turns.events import (
     EndOfTurn,
     FinalizeUtterance,
     FinalTranscript,
+    Interrupt,
     PartialTranscript,
     PlaybackDone,
     RequestPartial,
@@ -47,6 +53,7 @@ from assistant.turns.events import (
     StartSpeculation,
     State,
     StateChanged,
+    TextTurn,
     TurnAction,
     TurnInput,
     VoiceFrame,
@@ -114,6 +121,11 @@ class TurnManager:
         return self._active_turn
 
     @property
+    def next_turn_id(self) -> int:
+        """The id the next reply will get."""
+        return self._next_turn_id
+
+    @property
     def speculation_id(self) -> int | None:
         """The live speculation of the open user turn, if any."""
         return self._spec_id
@@ -123,28 +135,10 @@ class TurnManager:
     def handle(self, event: TurnInput) -> list[TurnAction]:
         """Apply one input; return the actions to carry out, in order."""
         out: list[TurnAction] = []
-        if isinstance(event, SpeechStarted):
-            self._on_speech_started(event, out)
-        elif isinstance(event, VoiceFrame):
-            self._on_voice_frame(event, out)
-        elif isinstance(event, ShortPause):
-            self._on_short_pause(event, out)
-        elif isinstance(event, SpeechResumed):
-            if self._state is State.USER_SPEAKING:
-                self._paused = False
-        elif isinstance(event, EndOfTurn):
-            self._on_end_of_turn(event, out)
-        elif isinstance(event, PartialTranscript):
-            self._on_partial(event, out)
-        elif isinstance(event, FinalTranscript):
-            self._on_final(event, out)
-        elif isinstance(event, AudioStarted):
-            if event.turn_id == self._active_turn and self._state is State.THINKING:
-                self._set_state(State.SPEAKING, event.t_ms, out)
-        elif isinstance(event, PlaybackDone):
-            self._on_playback_done(event, out)
-        else:  # pragma: no cover - typing guards this
+        handler = _HANDLERS.get(type(event))
+        if handler is None:
             raise TypeError(f"not a turn-manager input: {event!r}")
+        handler(self, event, out)
         return out
 
     # ------------------------------------------------------------------ handlers
@@ -160,6 +154,37 @@ class TurnManager:
             self._candidate = _Candidate(voiced_ms=max(0, ev.voiced_ms))
             self._check_candidate(ev.t_ms, out)
         # In user_speaking the utterance is already open: nothing to do.
+
+    def _on_speech_resumed(self, ev: SpeechResumed, out: list[TurnAction]) -> None:
+        if self._state is State.USER_SPEAKING:
+            self._paused = False
+
+    def _on_audio_started(self, ev: AudioStarted, out: list[TurnAction]) -> None:
+        if ev.turn_id == self._active_turn and self._state is State.THINKING:
+            self._set_state(State.SPEAKING, ev.t_ms, out)
+
+    def _on_text_turn(self, ev: TextTurn, out: list[TurnAction]) -> None:
+        if self._state is not State.LISTENING or self._candidate is not None:
+            return  # somebody holds the floor: the caller is told by the empty result
+        if not ev.text.strip():
+            return
+        self._set_state(State.THINKING, ev.t_ms, out)
+        self._speech_end_ms = ev.t_ms
+        self._prefix = ev.text.strip()
+        self._start_response(out)
+
+    def _on_interrupt(self, ev: Interrupt, out: list[TurnAction]) -> None:
+        if ev.turn_id != self._active_turn or not self._assistant_has_floor():
+            return
+        out.append(BargeIn(turn_id=ev.turn_id, t_ms=ev.t_ms, reason=ev.reason))
+        self._active_turn = None
+        self._active_user_text = ""
+        if self._candidate is not None:  # the user is talking: their turn now
+            self._candidate = None
+            self._open_utterance()
+            self._set_state(State.USER_SPEAKING, ev.t_ms, out)
+        else:
+            self._set_state(State.LISTENING, ev.t_ms, out)
 
     def _on_voice_frame(self, ev: VoiceFrame, out: list[TurnAction]) -> None:
         if self._candidate is None or not ev.voiced:
@@ -220,6 +245,9 @@ class TurnManager:
             else:
                 self._set_state(State.LISTENING, ev.t_ms, out)
             return
+        self._start_response(out)
+
+    def _start_response(self, out: list[TurnAction]) -> None:
         turn_id = self._next_turn_id
         self._next_turn_id += 1
         self._active_turn = turn_id
@@ -292,3 +320,19 @@ class TurnManager:
         if new is not self._state:
             out.append(StateChanged(t_ms=t_ms, old=self._state, new=new))
             self._state = new
+
+
+_HANDLERS: dict[type, Callable[[TurnManager, Any, list[TurnAction]], None]] = {
+    SpeechStarted: TurnManager._on_speech_started,
+    VoiceFrame: TurnManager._on_voice_frame,
+    ShortPause: TurnManager._on_short_pause,
+    SpeechResumed: TurnManager._on_speech_resumed,
+    EndOfTurn: TurnManager._on_end_of_turn,
+    PartialTranscript: TurnManager._on_partial,
+    FinalTranscript: TurnManager._on_final,
+    AudioStarted: TurnManager._on_audio_started,
+    PlaybackDone: TurnManager._on_playback_done,
+    TextTurn: TurnManager._on_text_turn,
+    Interrupt: TurnManager._on_interrupt,
+}
+"""Input type -> handler: one row per input of :mod:`assistant.turns.events`."""

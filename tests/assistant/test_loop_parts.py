@@ -202,30 +202,3 @@ def test_worker_serves_control_first_and_reports_idle_and_failures() -> None:
     finally:
         w.close()
     assert w.idle().done()
-
-
-def test_a_withdrawal_that_overtakes_its_turn_start_leaves_the_history_intact() -> None:
-    from assistant.loop.model_workers import EngineWorker, TurnWithdrawn
-    from tests.replay.fakes import scripted_dialogue
-
-    posted: list[object] = []
-    dialogue = scripted_dialogue()
-    before = dialogue.sequence.tokens
-    w = EngineWorker(dialogue, posted.append)
-    gate = threading.Event()
-    try:
-        def hold() -> None:
-            gate.wait(5)
-        w.submit(hold)
-        w.speculate(1, "hello")  # low priority: still queued when the start is dropped
-        w.start_turn(1, "hello", 1)
-        w.withdraw_turn(1)  # control: runs before the start it cancels
-        gate.set()
-        w.idle().result(timeout=10)
-        assert not any(isinstance(p, WorkerFailed) for p in posted)
-        assert any(isinstance(p, TurnWithdrawn) for p in posted)
-        assert dialogue.in_sync() and dialogue.sequence.tokens == before
-        assert dialogue.live_turn_id is None
-    finally:
-        w.close()
-    assert len(dialogue.engine.sequences()) == 0  # closed: every sequence released

@@ -11,6 +11,7 @@ import pytest
 
 from assistant.dialogue.dialogue import Dialogue, DialogueOptions, ReplyDelta, SpeculationDrafted
 from assistant.dialogue.speculation import common_prefix_len, resolve
+from assistant.llm.local import LocalBackend
 from engine.chat_template import ChatTemplate
 from tests.engine.fake_runner import ByteTokenizer, FakeRunner, assert_cache_matches, make_engine
 from tests.replay.fakes import END, START, chatml, scripted_next_token
@@ -30,17 +31,24 @@ class Harness:
             page_size=4, num_pages=512, vocab_size=self.tok.vocab_size,
             eos_token_ids=(end_id,), next_token=next_token, tokenizer=self.tok)
         self.template = ChatTemplate(self.tok, render=chatml)
-        self.dialogue = Dialogue(self.engine, self.template, DialogueOptions(
+        self.dialogue = Dialogue(LocalBackend(self.engine), self.template, DialogueOptions(
             system_prompt="Be brief.", max_new_tokens=200, speculation_max_tokens=spec_tokens,
             min_clause_chars=6, interrupted_marker=marker))
+
+    def step(self) -> list[ReplyDelta | SpeculationDrafted]:
+        """One engine step, then the dialogue collects (as on the engine thread)."""
+        if self.engine.has_work():
+            self.engine.step()
+        return self.dialogue.collect()
 
     def run(self, max_steps: int = 1000) -> list[ReplyDelta | SpeculationDrafted]:
         out: list[ReplyDelta | SpeculationDrafted] = []
         for _ in range(max_steps):
-            out += self.dialogue.step()
+            if self.engine.has_work():
+                self.engine.step()  # what the engine thread does, then each dialogue collects
+            out += self.dialogue.collect()
             assert_cache_matches(self.engine, self.runner)
             if not self.dialogue.has_work():
-                out += self.dialogue.step()
                 return out
         raise AssertionError("engine never went idle")
 
@@ -119,7 +127,7 @@ def test_barge_in_while_still_generating_cuts_within_written_tokens() -> None:
     d.start_turn(1, "tell me", None)
     text = ""
     for _ in range(12):
-        for o in d.step():
+        for o in h.step():
             if isinstance(o, ReplyDelta):
                 text += o.text
     assert d.has_work() and len(text) < len(scripted_reply("tell me"))
@@ -135,7 +143,7 @@ def test_withdrawn_turn_leaves_no_trace() -> None:
     d = h.dialogue
     before = d.sequence.tokens
     d.start_turn(1, "wait", None)
-    d.step()
+    h.step()
     d.withdraw_turn(1)
     assert d.sequence.tokens == before
     assert [t.role for t in d.conversation.turns] == ["system"]
@@ -201,7 +209,7 @@ def test_hit_while_the_draft_is_still_running() -> None:
     h = Harness()
     d = h.dialogue
     d.speculate(3, "hello")
-    d.step()  # prompt prefilled, first token sampled; the draft is unfinished
+    h.step()  # prompt prefilled, first token sampled; the draft is unfinished
     start = d.start_turn(1, "hello", 3)
     assert start.speculation == "hit" and start.prompt_tokens_computed == 0
     out = h.run()

@@ -17,6 +17,7 @@ from assistant.turns.events import (
     EndOfTurn,
     FinalizeUtterance,
     FinalTranscript,
+    Interrupt,
     PartialTranscript,
     PlaybackDone,
     RequestPartial,
@@ -27,6 +28,7 @@ from assistant.turns.events import (
     StartSpeculation,
     State,
     StateChanged,
+    TextTurn,
     TurnAction,
     TurnInput,
     VoiceFrame,
@@ -317,3 +319,45 @@ def test_barge_in_threshold_is_configurable(min_ms: int) -> None:
         t += 20
         assert voiced <= max(min_ms, 20)
     assert voiced >= min_ms
+
+
+# ---------------------------------------------------------------- API inputs
+
+
+def test_a_text_turn_is_answered_only_while_listening() -> None:
+    tm = run_table([
+        (TextTurn(10, "  hello there "), [sc(10, L, T), StartResponse(1, "hello there", None, 10)],
+         T),
+        (TextTurn(20, "another"), [], T),  # a reply is in flight: refused
+        (AudioStarted(30, 1), [sc(30, T, S)], S),
+        (PlaybackDone(900, 1), [sc(900, S, L)], L),
+        (TextTurn(950, "   "), [], L),  # nothing to answer
+        (SpeechStarted(1000), [sc(1000, L, U)], U),
+        (TextTurn(1010, "while talking"), [], U),  # the user holds the floor
+    ])
+    assert tm.next_turn_id == 2
+
+
+@pytest.mark.parametrize(("before", "state"), [
+    ([], T),  # nothing played yet: cut to no words
+    ([(AudioStarted(1900, 1), [sc(1900, T, S)], S)], S),
+])
+def test_an_interrupt_cuts_the_reply_in_flight_and_gives_the_floor_back(
+        before: list[Step], state: State) -> None:
+    run_table([
+        *ASK, *before,
+        (Interrupt(2000, 2, "cancelled"), [], state),  # not the reply in flight: ignored
+        (Interrupt(2000, 1, "client_cancelled"),
+         [BargeIn(1, 2000, reason="client_cancelled"), sc(2000, state, L)], L),
+        (Interrupt(2010, 1), [], L),  # idempotent
+        (PlaybackDone(2100, 1), [], L),  # late report of the cut reply: stale
+    ])
+
+
+def test_an_interrupt_while_the_user_talks_over_the_reply_hands_them_the_turn() -> None:
+    run_table([
+        *ASK,
+        (AudioStarted(1900, 1), [sc(1900, T, S)], S),
+        (SpeechStarted(2000, voiced_ms=60), [], S),  # a candidate, not yet a barge-in
+        (Interrupt(2050, 1), [BargeIn(1, 2050, reason="cancelled"), sc(2050, S, U)], U),
+    ])

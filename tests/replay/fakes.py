@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
@@ -22,6 +23,10 @@ from assistant.dialogue.dialogue import Dialogue, DialogueOptions
 from audio.word_timing import TTSChunk, WordTiming, split_words
 from engine.chat_template import ChatTemplate, Message
 from tests.engine.fake_runner import ByteTokenizer, make_engine
+
+if TYPE_CHECKING:
+    from assistant.llm.protocol import LLMBackend
+    from engine.engine import Engine
 
 RATE = 16_000
 CODE_WORDS = ("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel",
@@ -123,17 +128,23 @@ def scripted_next_token(tok: ByteTokenizer,
     return next_token
 
 
-def scripted_dialogue(**options: object) -> Dialogue:
+def scripted_engine() -> tuple[Engine, ChatTemplate]:
+    """A fake-runner engine whose model answers with :func:`scripted_reply`."""
     tok = ByteTokenizer(merges=["assistant", "user"], specials=[START, END])
     end_id = tok.special_ids[END]
     next_token = scripted_next_token(tok, scripted_reply)
-
     engine, _ = make_engine(page_size=8, num_pages=1024, vocab_size=tok.vocab_size,
                             eos_token_ids=(end_id,), next_token=next_token, tokenizer=tok)
-    template = ChatTemplate(tok, render=chatml)
-    opts = DialogueOptions(system_prompt="Be brief.", max_new_tokens=400, min_clause_chars=6,
-                           **options)  # type: ignore[arg-type]
-    return Dialogue(engine, template, opts)
+    return engine, ChatTemplate(tok, render=chatml)
+
+
+def scripted_dialogue(template: ChatTemplate, **options: object
+                      ) -> Callable[[LLMBackend], Dialogue]:
+    """Builds the conversation (on the engine thread) over the scripted engine."""
+    base: dict[str, object] = {"system_prompt": "Be brief.", "max_new_tokens": 400,
+                               "min_clause_chars": 6}
+    opts = DialogueOptions(**{**base, **options})  # type: ignore[arg-type]
+    return lambda backend: Dialogue(backend, template, opts)
 
 
 def voice(ms: int, *, amplitude: float = 0.3) -> npt.NDArray[np.float32]:

@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from assistant.llm.host import EngineHost
+from assistant.llm.local import LocalBackend
 from assistant.loop import event_log as log
 from assistant.loop.pipeline import Pipeline, PipelineOptions, PipelineResult
 from assistant.speech.listener import Listener
@@ -31,6 +33,7 @@ from tests.replay.fakes import (
     ToneClassifier,
     ToneSynthesizer,
     scripted_dialogue,
+    scripted_engine,
     scripted_reply,
     silence,
     voice,
@@ -58,8 +61,11 @@ async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize:
     clock = VirtualClock(RATE)
     synth = ToneSynthesizer()
     sink = WavSink(tmp / "heard.wav", clock, RATE)
+    engine, template = scripted_engine()
+    host = EngineHost(LocalBackend(engine))
     pipeline = Pipeline(
-        dialogue=scripted_dialogue(), transcriber=CountingTranscriber(), synthesizer=synth,
+        host=host, dialogue=scripted_dialogue(template), transcriber=CountingTranscriber(),
+        synthesizer=synth,
         turn_manager=TurnManager(turns), listener=Listener(VAD, None, ToneClassifier()),
         clock=clock, sink=sink, asr_options=StreamingASROptions(), min_clause_chars=6,
         options=PipelineOptions(virtual=True, presynthesize=presynthesize))
@@ -72,6 +78,9 @@ async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize:
     finally:
         await pipeline.aclose()
         sink.close()
+        await asyncio.to_thread(host.close)
+    engine.check()
+    assert engine.stats().sequences == 0  # the conversation was released on close
     heard, _ = read_wav(tmp / "heard.wav")
     return FakeRun(result, np.asarray(heard, np.float32), synth)
 

@@ -130,7 +130,7 @@ class FakeBackend:
         self.truncations.append((response_key, audio_end_ms))
         return B.TruncateResult(audio_end_ms=audio_end_ms, text=text)
 
-    def context_text(self) -> str:
+    async def context_text(self) -> str:
         lines = [f"system: {self.settings.instructions}"]
         lines += [f"{role}: {text}" for role, text in self.history]
         return "\n".join(lines)

@@ -105,13 +105,13 @@ def test_sdk_speech_turn_truncate_then_next_turn_sees_only_heard_words(serve_run
                 second = await _turn(conn)
                 assert second["done"].response.status == "completed"
                 backend = backends(server)[0]
-                lines = backend.context_text().splitlines()
+                lines = (await backend.context_text()).splitlines()
                 assert lines[0] == f"system: {instructions}"
                 assert lines[1].startswith("user: ") and "france" in _words(lines[1])
                 assert lines[2] == f"assistant: {kept}".rstrip()
                 assert lines[3].startswith("user: ")
                 # In the engine's sequence, the first reply ends right after the heard words.
-                sequence = backend.sequence_text()  # type: ignore[attr-defined]
+                sequence = await backend.sequence_text()  # type: ignore[attr-defined]
                 eot = rt.models.template.end_of_turn_text.strip()
                 messages = sequence.split(eot)  # system, user, assistant, user, assistant, ...
                 assert messages[2].rstrip().endswith(kept)
@@ -244,7 +244,7 @@ def test_barge_in_by_speech_cancels_the_reply_and_truncate_keeps_the_heard_words
             generated = done.response.output[0].content[0].transcript
             assert _words(kept) == _words(generated)[: len(_words(kept))]
             assert seen("response.done")[1].response.status == "completed"
-            lines = backends(server)[0].context_text().splitlines()
+            lines = (await backends(server)[0].context_text()).splitlines()
             assert lines[2] == f"assistant: {kept}".rstrip()
             assert "plus" in _words(lines[3])  # the interruption became the next user turn
 

@@ -82,7 +82,7 @@ def test_openai_sdk_client_talks_truncates_and_sees_the_heard_words() -> None:
                 retrieved = await conn.recv()
                 assert retrieved.item.content[0].transcript == "one two"
             backend = backends(server)[0]
-            assert backend.context_text().endswith("assistant: one two")
+            assert (await backend.context_text()).endswith("assistant: one two")
 
     run(main())
 

@@ -164,12 +164,12 @@ def test_truncate_keeps_only_the_heard_words_in_the_context() -> None:
             await h.audio(utterance())
             done = (await h.wait_for("response.done"))[0]
             item_id = done.response.output[0].id
-            assert "one two three four five six" in h.backend.context_text()
+            assert "one two three four five six" in (await h.backend.context_text())
             # 200 ms per word: 650 ms heard -> three words
             assert await h.client(C.ConversationItemTruncate(item_id=item_id, audio_end_ms=650)) is None
             truncated = (await h.wait_for("conversation.item.truncated"))[0]
             assert truncated.audio_end_ms == 650 and truncated.item_id == item_id
-            assert h.backend.context_text().endswith("assistant: one two three")
+            assert (await h.backend.context_text()).endswith("assistant: one two three")
             await h.client(C.ConversationItemRetrieve(item_id=item_id))
             got = (await h.wait_for("conversation.item.retrieved"))[0]
             assert got.item.content[0].transcript == "one two three"
@@ -212,7 +212,7 @@ def test_truncating_the_response_in_progress_cancels_it_first() -> None:
             assert done.response.status_details.reason == "client_cancelled"
             truncated = (await h.wait_for("conversation.item.truncated"))[0]
             assert truncated.item_id == delta.item_id
-            assert h.backend.context_text().endswith("assistant: one")
+            assert (await h.backend.context_text()).endswith("assistant: one")
 
     run(main())
 

@@ -255,8 +255,9 @@ class SessionBackend(Protocol):
         past the audio sent."""
         ...
 
-    def context_text(self) -> str:
-        """The conversation as the model will see it next (for inspection and tests)."""
+    async def context_text(self) -> str:
+        """The conversation as the model will see it next (for inspection and tests;
+        read on the engine thread, hence awaitable)."""
         ...
 
     def events(self) -> AsyncIterator[BackendEvent]:

@@ -23,6 +23,7 @@ from typing import Any
 from websockets.asyncio.server import ServerConnection
 from websockets.exceptions import ConnectionClosed
 
+from assistant.loop.tasks import cancel_and_wait
 from assistant.serve.backend.contract import SessionBackend
 from assistant.serve.protocol.client_events import InputAudioBufferAppend
 from assistant.serve.protocol.codec import Codec, ProtocolError
@@ -105,17 +106,16 @@ class Connection:
                             self._limits.close_timeout_s,
                         )
         finally:
-            for task in (reader, pump, stop):
-                task.cancel()
-            await asyncio.gather(reader, pump, stop, return_exceptions=True)
+            await cancel_and_wait(reader, pump, stop, logger=log, what="connection task",
+                                  expected=(ConnectionClosed, ClientStalled))
             await self._backend.aclose()
             self._outbox.close()
         if self.cause in ("shutdown", "backend_error"):
             # Let the writer flush what the session said last (response.done, error).
             with contextlib.suppress(asyncio.TimeoutError, ConnectionClosed):
                 await asyncio.wait_for(asyncio.shield(writer), self._limits.close_timeout_s)
-        writer.cancel()
-        await asyncio.gather(writer, return_exceptions=True)
+        await cancel_and_wait(writer, logger=log, what="connection task",
+                              expected=(ConnectionClosed, ClientStalled))
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.ws.close(code, reason), self._limits.close_timeout_s * 2)
         log.info(
@@ -153,8 +153,8 @@ class Connection:
     async def _graceful(self, reader: asyncio.Task[None], pump: asyncio.Task[None]) -> None:
         """Stop taking input, let the response in progress finish (up to the grace
         period), else cancel it and let its ``response.done`` through."""
-        reader.cancel()
-        await asyncio.gather(reader, return_exceptions=True)
+        await cancel_and_wait(reader, logger=log, what="connection task",
+                              expected=(ConnectionClosed, ClientStalled))
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._limits.shutdown_grace_s
         while self.session.response_in_progress and loop.time() < deadline and not pump.done():

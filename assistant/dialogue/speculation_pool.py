@@ -1,0 +1,125 @@
+"""The speculations of one conversation: forks drafting replies while the user pauses.
+
+:class:`SpeculationPool` starts a draft on a fork of the committed conversation, feeds
+its token events into its :class:`~assistant.dialogue.speculation.Speculation` (which
+stops at the first clause), cancels drafts (idempotent, and a cancel may overtake its
+own start), and hands one over to the dialogue for adoption at the end of the turn.
+Cancelled forks are released; their KV pages stay cached and matchable.
+
+Runs on the engine thread with the dialogue, against the LLM backend protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from assistant.dialogue.speculation import Speculation, apply_event, sync_reply
+from assistant.dialogue.types import SpeculationDrafted
+from engine.events import FinishReason
+from engine.params import Priority, SamplingParams
+
+if TYPE_CHECKING:
+    from assistant.llm.protocol import LLMBackend, LLMJob, LLMSequence
+    from engine.events import TokenEvent
+
+__all__ = ["SpeculationPool"]
+
+
+class SpeculationPool:
+    """See the module docstring."""
+
+    def __init__(self, backend: LLMBackend, params: Callable[[], SamplingParams], *,
+                 min_clause_chars: int = 12) -> None:
+        self._backend = backend
+        self._params = params
+        self._min_clause_chars = min_clause_chars
+        self._specs: dict[int, Speculation] = {}
+        self._dropped: set[int] = set()
+        self._drafted: list[SpeculationDrafted] = []
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def has_work(self) -> bool:
+        """A draft is still generating, or a drafted clause was not collected yet."""
+        return bool(self._drafted) or any(s.job is not None and not s.job.done
+                                          for s in self._specs.values())
+
+    def owns(self, job: LLMJob) -> bool:
+        return any(s.job is job for s in self._specs.values())
+
+    def start(self, spec_id: int, user_text: str, base: LLMSequence,
+              prompt_ids: Sequence[int]) -> bool:
+        """Fork ``base`` and draft the reply after ``prompt_ids``. Ignored (False) if
+        ``spec_id`` runs already or was cancelled before it started."""
+        if spec_id in self._dropped or spec_id in self._specs:
+            return False
+        fork = base.fork(priority=Priority.SPECULATIVE)
+        spec = Speculation(spec_id=spec_id, user_text=user_text, prompt_ids=tuple(prompt_ids),
+                           seq=fork, base_len=len(base))
+        spec.chunker.min_clause_chars = self._min_clause_chars
+        self._specs[spec_id] = spec
+        spec.job = self._backend.enqueue(fork, self._params(), prompt_ids=spec.prompt_ids,
+                                         priority=Priority.SPECULATIVE)
+        return True
+
+    def cancel(self, spec_id: int) -> None:
+        """Drop a speculation (idempotent); its cached pages stay matchable."""
+        self._dropped.add(spec_id)
+        spec = self._specs.pop(spec_id, None)
+        if spec is not None:
+            self._stop(spec)
+            spec.seq.release()
+
+    def cancel_all(self) -> None:
+        for spec_id in list(self._specs):
+            self.cancel(spec_id)
+
+    def take(self, spec_id: int | None) -> Speculation | None:
+        """Remove ``spec_id`` from the pool with its generation stopped (the caller now
+        owns its fork), or None if it is not running."""
+        spec = self._specs.pop(spec_id, None) if spec_id is not None else None
+        if spec is not None:
+            self._stop(spec)
+        return spec
+
+    def collect(self) -> list[SpeculationDrafted]:
+        """Feed every draft its new token events; return the clauses drafted since."""
+        for spec in list(self._specs.values()):
+            if spec.job is not None:
+                for ev in spec.job.take_events():
+                    self._on_event(spec, ev)
+        out, self._drafted = self._drafted, []
+        return out
+
+    # ------------------------------------------------------------------ internals
+
+    def _on_event(self, spec: Speculation, ev: TokenEvent) -> None:
+        if spec.done:
+            return
+        apply_event(spec.reply, ev)
+        if ev.finished:
+            assert spec.job is not None and spec.job.result is not None
+            spec.finish_reason = spec.job.result.finish_reason
+            sync_reply(spec.reply, spec.job)
+            spec.on_finished()
+        elif spec.on_text(ev.text_delta):
+            self._stop(spec)  # a clause is enough: stop drafting
+        if spec.done and spec.first_clause is not None:
+            self._drafted.append(SpeculationDrafted(spec.spec_id, spec.first_clause))
+
+    def _stop(self, spec: Speculation) -> None:
+        """Stop a speculation's generation, keeping what its fork holds."""
+        job = spec.job
+        if job is None or spec.done:
+            return
+        if not job.done:
+            for ev in job.take_events():
+                apply_event(spec.reply, ev)
+            self._backend.cancel(job)
+            job.take_events()
+            spec.finish_reason = FinishReason.CANCELLED
+        else:
+            for ev in job.take_events():
+                self._on_event(spec, ev)

@@ -1,0 +1,435 @@
+"""One engine thread for every conversation of a process.
+
+The LLM backend is not thread-safe and a decode step is worth most when it is batched
+across conversations, so one :class:`EngineHost` thread owns the backend. Each
+conversation (``talk``, a replay, every daemon session) opens a :class:`HostSession`:
+its state (a :class:`~assistant.dialogue.dialogue.Dialogue`) is built, used and closed
+on the host thread only, through commands the session submits from any thread; what
+comes out is handed to the session's own ``post`` callback, never to another's.
+
+The host thread loop, after exllamav2's ``iterate()`` and vLLM's engine core busy loop:
+
+1. run the next queued command: control first (cancel, cut, close), then normal (start a
+   turn), then low (speculation); first come first served within a priority;
+2. otherwise, if the backend has work, run one backend step -- one batched decode of
+   every conversation's generation -- and let every session collect its outputs;
+3. otherwise sleep until a command arrives. An idle host (or idle session) costs nothing.
+
+Callers never wait on the engine: :meth:`HostSession.submit` only appends to a queue
+under a short lock, so an event loop submitting a barge-in cut never stalls behind
+engine steps. Failures stay with their owner: a command that raises is reported to
+its session only (:class:`EngineFailed`); a step that fails in some jobs
+(`~assistant.llm.protocol.JobsFailed`) is reported to the sessions owning them; a step
+that fails as a whole stops the generation of the sessions that had some in flight
+(they are told) and the host goes on serving everybody else.
+
+For deterministic replay on a virtual clock, :meth:`HostSession.idle` completes once the
+session has nothing queued and no generation in flight.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, Protocol, TypeVar
+
+from assistant.llm.protocol import BackendStats, JobsFailed, LLMBackend, LLMJob
+
+__all__ = ["EngineHost", "HostSession", "Hosted", "EngineFailed", "HostClosed", "Priority",
+           "Post"]
+
+Priority = Literal["control", "normal", "low"]
+Post = Callable[[Any], None]
+_PRIORITIES: dict[str, int] = {"control": 0, "normal": 1, "low": 2}
+_log = logging.getLogger(__name__)
+
+
+class Hosted(Protocol):
+    """What a session keeps on the host thread (a dialogue)."""
+
+    def has_work(self) -> bool:
+        """Generation in flight, or outputs not collected yet."""
+        ...
+
+    def collect(self) -> list[Any]:
+        """Outputs since the last call (called after every backend step)."""
+        ...
+
+    def owns(self, job: LLMJob) -> bool: ...
+
+    def abort(self) -> None:
+        """Stop all generation (after a failed step)."""
+        ...
+
+    def close(self) -> None:
+        """Release everything (idempotent)."""
+        ...
+
+
+H = TypeVar("H", bound=Hosted)
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class EngineFailed:
+    """Posted to a session whose command or generation failed on the engine thread."""
+
+    session: str
+    error: BaseException
+
+
+class HostClosed(RuntimeError):
+    """The engine host was shut down."""
+
+
+@dataclass
+class _Command:
+    session: HostSession[Any] | None
+    run: Callable[[], None]
+    on_drop: Callable[[], None] | None = None
+    """Called instead of ``run`` when the command is dropped (its session closed)."""
+
+
+class HostSession(Generic[H]):
+    """One conversation's handle on the host (see the module docstring).
+
+    ``post`` receives, on the host thread, every non-None command result, every output
+    the state collects, and :class:`EngineFailed` reports; bind it to
+    ``loop.call_soon_threadsafe`` to get them on an event loop.
+    """
+
+    def __init__(self, host: EngineHost, post: Post, name: str) -> None:
+        self.name = name
+        self.post = post
+        self._host = host
+        self.state: H | None = None
+        """Touched on the host thread only."""
+        self.queued = 0
+        self.closed = False
+        self.idle_waiters: list[concurrent.futures.Future[None]] = []
+
+    def submit(self, fn: Callable[[H], Any], *, priority: Priority = "normal") -> None:
+        """Run ``fn(state)`` on the host thread; a non-None result is posted. Ignored
+        once the session is closed, and before the state is built it waits in line."""
+        def run() -> None:
+            if self.state is not None:
+                result = fn(self.state)
+                if result is not None:
+                    self.post(result)
+        self._host._submit(_Command(self, run), priority)
+
+    def query(self, fn: Callable[[H], R], *,
+              priority: Priority = "normal") -> concurrent.futures.Future[R]:
+        """Run ``fn(state)`` on the host thread and get its result (or exception). Fails
+        with :class:`HostClosed` if the session closes first or has no state."""
+        fut: concurrent.futures.Future[R] = concurrent.futures.Future()
+
+        def run() -> None:
+            if self.state is None:
+                fut.set_exception(HostClosed(f"{self.name} has no conversation"))
+                return
+            try:
+                fut.set_result(fn(self.state))
+            except Exception as exc:
+                fut.set_exception(exc)
+
+        def dropped() -> None:
+            if not fut.done():
+                fut.set_exception(HostClosed(f"{self.name} was closed"))
+
+        if not self._host._submit(_Command(self, run, dropped), priority):
+            dropped()
+        return fut
+
+    def idle(self) -> concurrent.futures.Future[None]:
+        """Completes when nothing of this session is queued or generating."""
+        return self._host._idle_future(self)
+
+    def close(self) -> concurrent.futures.Future[None]:
+        """Drop queued commands and release the state on the host thread (whenever it
+        was built: a session closed during its own build releases what the build made).
+        Idempotent; the future completes once released."""
+        return self._host._close_session(self)
+
+
+class EngineHost:
+    """Owns the backend on one thread; see the module docstring."""
+
+    def __init__(self, backend: LLMBackend, *, name: str = "engine",
+                 stats_interval_s: float = 0.25) -> None:
+        self.backend = backend
+        self.name = name
+        self._stats_interval_s = stats_interval_s
+        self._cond = threading.Condition()
+        self._queues: tuple[deque[_Command], ...] = (deque(), deque(), deque())
+        self._sessions: list[HostSession[Any]] = []
+        self._check_idle = False
+        self._closed = False
+        self._dead: BaseException | None = None
+        self._stats: BackendStats | None = None
+        self._stats_at = 0.0
+        self._next_session = 1
+        self._thread = threading.Thread(target=self._run, name=f"assistant-{name}", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ any thread
+
+    def open(self, build: Callable[[LLMBackend], H], post: Post, *,
+             name: str = "") -> HostSession[H]:
+        """A new session whose state ``build(backend)`` makes on the host thread. If the
+        build raises, the session gets an :class:`EngineFailed` and stays empty."""
+        with self._cond:
+            label = name or f"session-{self._next_session}"
+            self._next_session += 1
+        session: HostSession[H] = HostSession(self, post, label)
+
+        def run() -> None:
+            state = build(self.backend)
+            with self._cond:
+                session.state = state
+
+        with self._cond:
+            self._sessions.append(session)
+        if not self._submit(_Command(session, run), "normal"):
+            session.closed = True
+        return session
+
+    def call(self, fn: Callable[[LLMBackend], R]) -> concurrent.futures.Future[R]:
+        """Run ``fn(backend)`` on the host thread (invariant checks, exact stats)."""
+        fut: concurrent.futures.Future[R] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                fut.set_result(fn(self.backend))
+            except BaseException as exc:
+                fut.set_exception(exc)
+
+        def dropped() -> None:
+            if not fut.done():
+                fut.set_exception(HostClosed(f"{self.name} host is closed"))
+
+        if not self._submit(_Command(None, run, dropped), "control"):
+            dropped()
+        return fut
+
+    def stats(self) -> BackendStats | None:
+        """The latest counters, refreshed by the host thread every few hundred ms; never
+        waits on the engine (None before the first refresh)."""
+        return self._stats
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Stop the thread after the command or step in progress; every session's state
+        is released on the way out. Idempotent."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                _log.warning("%s host did not stop within %.0f s", self.name, timeout_s)
+
+    @property
+    def sessions(self) -> int:
+        with self._cond:
+            return len(self._sessions)
+
+    # ------------------------------------------------------------------ session side
+
+    def _submit(self, command: _Command, priority: str) -> bool:
+        with self._cond:
+            if self._closed or (command.session is not None and command.session.closed):
+                return False
+            self._queues[_PRIORITIES[priority]].append(command)
+            if command.session is not None:
+                command.session.queued += 1
+            self._cond.notify()
+            return True
+
+    def _idle_future(self, session: HostSession[Any]) -> concurrent.futures.Future[None]:
+        fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+        with self._cond:
+            if self._dead is not None:
+                fut.set_exception(HostClosed(f"{self.name} host died: {self._dead}"))
+            elif session.closed or self._closed:
+                fut.set_result(None)
+            else:
+                session.idle_waiters.append(fut)
+                self._check_idle = True
+                self._cond.notify()
+        return fut
+
+    def _close_session(self, session: HostSession[Any]) -> concurrent.futures.Future[None]:
+        fut: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                self._release(session)
+            finally:
+                fut.set_result(None)
+
+        with self._cond:
+            if session.closed:
+                fut.set_result(None)
+                return fut
+            session.closed = True
+            dropped: list[_Command] = []
+            for q in self._queues:  # its queued commands will never run
+                dropped += [c for c in q if c.session is session]
+                kept = [c for c in q if c.session is not session]
+                q.clear()
+                q.extend(kept)
+            session.queued = 0
+            for c in dropped:
+                if c.on_drop is not None:
+                    c.on_drop()
+            if self._closed:
+                fut.set_result(None)  # the host releases every state on its way out
+                return fut
+            self._queues[0].append(_Command(None, run))
+            self._cond.notify()
+        return fut
+
+    # ------------------------------------------------------------------ host thread
+
+    def _run(self) -> None:
+        work = False
+        try:
+            while True:
+                with self._cond:
+                    while not (self._closed or any(self._queues) or work or self._check_idle):
+                        self._cond.wait()
+                    if self._closed:
+                        break
+                    self._check_idle = False
+                    command = self._pop()
+                if command is not None:
+                    self._run_command(command)
+                elif work:
+                    self._step()
+                work = self.backend.has_work()
+                self._settle_idle()
+                self._refresh_stats()
+        except BaseException as exc:  # a bug in the host itself: nobody may wait forever
+            _log.exception("%s host died", self.name)
+            self._dead = exc
+            for session, _state in self._built():
+                session.post(EngineFailed(session.name, exc))
+            raise
+        finally:
+            self._shutdown()
+
+    def _pop(self) -> _Command | None:
+        for q in self._queues:
+            if q:
+                command = q.popleft()
+                if command.session is not None:
+                    command.session.queued -= 1
+                return command
+        return None
+
+    def _run_command(self, command: _Command) -> None:
+        session = command.session
+        try:
+            command.run()
+        except Exception as exc:  # reported to its owner, never kills the thread
+            if session is None:
+                _log.exception("%s host command failed", self.name)
+                return
+            _log.exception("%s: engine command failed", session.name)
+            session.post(EngineFailed(session.name, exc))
+
+    def _step(self) -> None:
+        built = self._built()
+        try:
+            self.backend.step()
+        except JobsFailed as exc:
+            _log.error("%s: %s", self.name, exc)
+            for session, state in built:
+                if any(state.owns(job) for job in exc.jobs):
+                    session.post(EngineFailed(session.name, exc.cause))
+        except Exception as exc:
+            _log.exception("%s: engine step failed", self.name)
+            for session, state in built:
+                if state.has_work():
+                    self._guard(session, state, state.abort)
+                    session.post(EngineFailed(session.name, exc))
+        for session, state in built:
+            self._guard(session, state, functools.partial(self._deliver, session, state))
+
+    @staticmethod
+    def _deliver(session: HostSession[Any], state: Hosted) -> None:
+        for out in state.collect():
+            session.post(out)
+
+    def _guard(self, session: HostSession[Any], state: Hosted, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            _log.exception("%s: engine output failed", session.name)
+            try:
+                state.abort()
+            except Exception:
+                _log.exception("%s: abort failed", session.name)
+            session.post(EngineFailed(session.name, exc))
+
+    def _built(self) -> list[tuple[HostSession[Any], Hosted]]:
+        with self._cond:
+            return [(s, s.state) for s in self._sessions if s.state is not None]
+
+    def _settle_idle(self) -> None:
+        with self._cond:
+            waiting = [s for s in self._sessions if s.idle_waiters and s.queued == 0]
+        for session in waiting:
+            state = session.state
+            if state is not None and state.has_work():
+                continue
+            with self._cond:
+                if session.queued:
+                    continue
+                waiters, session.idle_waiters = session.idle_waiters, []
+            for fut in waiters:
+                if not fut.done():
+                    fut.set_result(None)
+
+    def _release(self, session: HostSession[Any]) -> None:
+        with self._cond:
+            if session in self._sessions:
+                self._sessions.remove(session)
+            waiters, session.idle_waiters = session.idle_waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+        state, session.state = session.state, None
+        if state is not None:
+            state.close()
+
+    def _refresh_stats(self) -> None:
+        now = time.monotonic()
+        if self._stats is None or now - self._stats_at >= self._stats_interval_s:
+            try:
+                self._stats = self.backend.stats()
+            except Exception:
+                _log.exception("%s: stats failed", self.name)
+            self._stats_at = now
+
+    def _shutdown(self) -> None:
+        with self._cond:
+            sessions, self._sessions = list(self._sessions), []
+            dropped = [c for q in self._queues for c in q]
+            for q in self._queues:
+                q.clear()
+        for c in dropped:
+            if c.on_drop is not None:
+                c.on_drop()
+        for session in sessions:
+            try:
+                self._release(session)
+            except Exception:
+                _log.exception("%s: releasing %s failed", self.name, session.name)
+        self._stats = self.backend.stats() if self._dead is None else self._stats

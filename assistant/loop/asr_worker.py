@@ -1,0 +1,167 @@
+"""The ASR worker: open utterances, display partials, previews and final transcripts.
+
+A :class:`~assistant.loop.workers.Worker` thread around one loaded Whisper model.
+Methods are called from the event loop and only queue commands; results come back
+through ``post`` as the frozen events below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import numpy.typing as npt
+
+from assistant.loop.workers import Post, Worker
+
+if TYPE_CHECKING:
+    from audio.asr import Transcriber
+    from audio.streaming_asr import StreamingASROptions, StreamingTranscriber
+
+__all__ = ["AsrPartial", "AsrPreview", "AsrFinal", "AsrWorker"]
+
+
+@dataclass(frozen=True)
+class AsrPartial:
+    """Display transcript of an open utterance (stable prefix + unconfirmed tail)."""
+
+    utt_id: int
+    text: str
+    stable_text: str
+
+
+@dataclass(frozen=True)
+class AsrPreview:
+    """What the final transcript would be if the utterance ended at ``end_sample``."""
+
+    utt_id: int
+    text: str
+    end_sample: int
+
+
+@dataclass(frozen=True)
+class AsrFinal:
+    utt_id: int
+    text: str
+    audio_ms: int
+    """Utterance audio decoded."""
+
+
+@dataclass
+class _Utterance:
+    start_sample: int
+    streaming: StreamingTranscriber
+    audio: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    unfed: list[npt.NDArray[np.float32]] = field(default_factory=list)
+    partials: bool = True
+    preview: tuple[int, int, str] | None = None
+    """(end sample, samples decoded, text) of the latest preview decode."""
+
+    def samples(self, end_sample: int | None = None) -> npt.NDArray[np.float32]:
+        pcm = np.concatenate(self.audio) if self.audio else np.zeros(0, np.float32)
+        if end_sample is not None:
+            pcm = pcm[: max(0, end_sample - self.start_sample)]
+        return pcm
+
+
+class AsrWorker(Worker):
+    """Open utterances: display partials in background, preview and final on request.
+
+    Preview and final transcripts are plain decodes of the utterance audio up to a
+    given sample (the end of speech plus a short tail), so a final transcript of the
+    same audio as a preview is the same text -- what makes a speculation hit possible.
+    """
+
+    def __init__(self, transcriber: Transcriber, options: StreamingASROptions, post: Post,
+                 *, sample_rate: int = 16000) -> None:
+        self.transcriber = transcriber
+        self.options = options
+        self.sample_rate = sample_rate
+        self._utts: dict[int, _Utterance] = {}
+        super().__init__("asr", post)
+
+    # All state is touched on the worker thread only (commands and background steps).
+
+    def has_background_work(self) -> bool:
+        return any(u.unfed and u.partials for u in list(self._utts.values()))
+
+    def background_step(self) -> None:
+        for utt_id, utt in list(self._utts.items()):
+            if not utt.unfed or not utt.partials:
+                continue
+            pcm = np.concatenate(utt.unfed)
+            utt.unfed.clear()
+            for p in utt.streaming.feed(pcm):
+                self.post(AsrPartial(utt_id, p.text, p.stable_text))
+            return
+
+    def open(self, utt_id: int, pcm: npt.NDArray[np.float32], start_sample: int) -> None:
+        from audio.streaming_asr import StreamingTranscriber
+
+        def command() -> None:
+            streaming = StreamingTranscriber.from_transcriber(self.transcriber, self.options)
+            utt = _Utterance(start_sample, streaming)
+            self._utts[utt_id] = utt
+            if pcm.size:
+                utt.audio.append(pcm)
+                utt.unfed.append(pcm)
+        self.submit(command)
+
+    def feed(self, utt_id: int, pcm: npt.NDArray[np.float32]) -> None:
+        def command() -> None:
+            utt = self._utts.get(utt_id)
+            if utt is not None:
+                utt.audio.append(pcm)
+                utt.unfed.append(pcm)
+        self.submit(command)
+
+    def hold_partials(self, utt_id: int, hold: bool) -> None:
+        """Pause display partials (during a pause in speech: the preview and the final
+        must not wait behind a partial re-decode) or resume them."""
+        def command() -> None:
+            utt = self._utts.get(utt_id)
+            if utt is not None:
+                utt.partials = not hold
+        self.submit(command, priority="control")
+
+    def preview(self, utt_id: int, end_sample: int) -> None:
+        # Normal priority on purpose: the audio up to end_sample is in earlier feeds.
+        def command() -> None:
+            utt = self._utts.get(utt_id)
+            if utt is not None:
+                pcm = utt.samples(end_sample)
+                text = self._decode(pcm)
+                utt.preview = (end_sample, pcm.size, text)
+                self.post(AsrPreview(utt_id, text, end_sample))
+        self.submit(command)
+
+    def finalize(self, utt_id: int, end_sample: int) -> None:
+        def command() -> None:
+            utt = self._utts.pop(utt_id, None)
+            if utt is None:
+                self.post(AsrFinal(utt_id, "", 0))
+                return
+            utt.streaming.cancel()
+            pcm = utt.samples(end_sample)
+            audio_ms = pcm.size * 1000 // self.sample_rate
+            if utt.preview is not None and utt.preview[:2] == (end_sample, pcm.size):
+                # The same audio was decoded at the pause: the same text, no new decode.
+                self.post(AsrFinal(utt_id, utt.preview[2], audio_ms))
+                return
+            self.post(AsrFinal(utt_id, self._decode(pcm), audio_ms))
+        self.submit(command)
+
+    def discard(self, utt_id: int) -> None:
+        def command() -> None:
+            utt = self._utts.pop(utt_id, None)
+            if utt is not None:
+                utt.streaming.cancel()
+        self.submit(command, priority="control")
+
+    def _decode(self, pcm: npt.NDArray[np.float32]) -> str:
+        if pcm.size == 0:
+            return ""
+        return self.transcriber.transcribe(pcm, word_timestamps=False).text.strip()
+
+

@@ -1,0 +1,282 @@
+"""Where the loop's events go: two tables, from worker outputs and from turn-manager
+actions to the function that handles each, over the parts of one pipeline.
+
+:class:`LoopParts` is what a handler may touch: the turn manager, the utterance
+tracker (ASR), the playback controller (sink), the dialogue client (engine thread),
+the TTS worker, the event log, and the few facts that outlive one event (speculated
+texts, pre-synthesised clauses, per-response token limits, the last end of turn).
+Handlers run on the event loop; actions run synchronously in the frame that caused
+them (a barge-in stops the sink before anything else happens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from assistant.dialogue.types import ReplyDelta, SpeculationDrafted, TurnClosed, TurnStart
+from assistant.llm.host import EngineFailed
+from assistant.loop import event_log as log
+from assistant.loop.asr_worker import AsrFinal, AsrPartial, AsrPreview
+from assistant.loop.engine_client import DialogueClient, TurnWithdrawn
+from assistant.loop.playback import PlaybackController
+from assistant.loop.tts_worker import Presynthesized, SpeechChunk, SpeechDone, TtsWorker
+from assistant.loop.types import PipelineError, PipelineOptions
+from assistant.loop.utterances import UtteranceTracker
+from assistant.loop.workers import WorkerFailed
+from assistant.turns.events import (
+    AudioStarted,
+    BargeIn,
+    CancelResponse,
+    CancelSpeculation,
+    DiscardUtterance,
+    EndOfTurn,
+    FinalizeUtterance,
+    FinalTranscript,
+    PartialTranscript,
+    PlaybackDone,
+    RequestPartial,
+    StartResponse,
+    StartSpeculation,
+    StateChanged,
+    TurnAction,
+    TurnInput,
+)
+from assistant.turns.turn_manager import TurnManager
+from audio.word_timing import heard_position
+
+__all__ = ["LoopParts", "handle_output", "run_action", "poll_playback"]
+
+
+@dataclass
+class LoopParts:
+    """The parts of one pipeline, as its handlers see them (see the module docstring)."""
+
+    tm: TurnManager
+    utterances: UtteranceTracker
+    playback: PlaybackController
+    dialogue: DialogueClient
+    tts: TtsWorker
+    options: PipelineOptions
+    emit: Callable[[log.Entry], None]
+    now_ms: Callable[[], int]
+    turn_input: Callable[[TurnInput], list[TurnAction]]
+    """Feed the turn manager (and carry out its actions); returns them."""
+    fail: Callable[[BaseException], None]
+    """The conversation cannot go on: raise this at the next frame."""
+    short_pause_ms: Callable[[], int]
+    spec_texts: dict[int, str] = field(default_factory=dict)
+    presynth_ready: set[int] = field(default_factory=set)
+    response_tokens: dict[int, int] = field(default_factory=dict)
+    """Per-response ``max_new_tokens`` by turn id (that response only)."""
+    last_end: EndOfTurn | None = None
+
+
+def handle_output(parts: LoopParts, item: Any) -> None:
+    """Route one output of a worker or the engine thread."""
+    handler = _OUTPUTS.get(type(item))
+    if handler is None:
+        raise PipelineError(f"unexpected worker output {item!r}")
+    handler(parts, item)
+
+
+def run_action(parts: LoopParts, action: TurnAction, cause: TurnInput) -> None:
+    """Carry out one turn-manager action."""
+    _ACTIONS[type(action)](parts, action, cause)
+
+
+def poll_playback(p: LoopParts) -> None:
+    """Close the reply whose audio was all heard, and give the floor back."""
+    done = p.playback.poll()
+    if done is None:
+        return
+    p.dialogue.finish_turn(done.turn_id, done.total_ms(p.playback.sink))
+    p.turn_input(PlaybackDone(p.now_ms(), done.turn_id))
+
+
+# ---------------------------------------------------------------------- worker outputs
+
+
+def _worker_failed(p: LoopParts, item: WorkerFailed) -> None:
+    p.fail(item.error)
+
+
+def _engine_failed(p: LoopParts, item: EngineFailed) -> None:
+    p.emit(log.EngineFailedEntry(p.now_ms(), str(item.error)))
+    p.fail(item.error)
+
+
+def _asr_partial(p: LoopParts, item: AsrPartial) -> None:
+    p.emit(log.TranscriptPartialEntry(p.now_ms(), item.text))
+
+
+def _asr_preview(p: LoopParts, item: AsrPreview) -> None:
+    if p.utterances.is_current(item.utt_id):
+        p.turn_input(PartialTranscript(p.now_ms(), item.text))
+
+
+def _asr_final(p: LoopParts, item: AsrFinal) -> None:
+    now = p.now_ms()
+    p.utterances.final_arrived(item.utt_id)
+    p.emit(log.TranscriptFinalEntry(now, item.text))
+    p.turn_input(FinalTranscript(now, item.text))
+
+
+def _turn_start(p: LoopParts, start: TurnStart) -> None:
+    now = p.now_ms()
+    if start.spec_id is not None:
+        if start.speculation == "hit":
+            p.emit(log.SpeculationHitEntry(now, start.spec_id, start.turn_id,
+                                           start.drafted_tokens, start.prompt_tokens))
+        else:
+            p.emit(log.SpeculationMissEntry(now, start.spec_id, start.turn_id, start.spec_text,
+                                            start.user_text, start.common_prefix_tokens))
+    p.emit(log.ResponseStartedEntry(
+        now, start.turn_id, start.user_text, start.prompt_tokens,
+        start.prompt_tokens_computed, start.prompt_tokens_reused, start.speculation))
+
+
+def _reply_delta(p: LoopParts, item: ReplyDelta) -> None:
+    if item.turn_id == p.playback.playing_turn_id:
+        p.tts.feed(item.turn_id, item.text, item.done)
+
+
+def _drafted(p: LoopParts, item: SpeculationDrafted) -> None:
+    if p.options.presynthesize and item.spec_id == p.tm.speculation_id:
+        p.tts.presynthesize(item.spec_id, item.text)
+
+
+def _presynthesized(p: LoopParts, item: Presynthesized) -> None:
+    p.presynth_ready.add(item.spec_id)
+
+
+def _speech_chunk(p: LoopParts, item: SpeechChunk) -> None:
+    now = p.now_ms()
+    if p.playback.write(item.turn_id, item.chunk, now):
+        playing = p.playback.current
+        assert playing is not None
+        p.emit(log.AudioStartedEntry(now, playing.turn_id, playing.speech_end_ms,
+                                     playing.endpoint_ms))
+        p.turn_input(AudioStarted(now, playing.turn_id))
+
+
+def _speech_done(p: LoopParts, item: SpeechDone) -> None:
+    p.playback.tts_done(item.turn_id)
+    poll_playback(p)
+
+
+def _turn_closed(p: LoopParts, closed: TurnClosed) -> None:
+    now, turn = p.now_ms(), closed.turn
+    if turn.interrupted:
+        p.emit(log.TruncatedEntry(now, closed.turn_id, closed.generated_text, turn.text,
+                                  closed.kept_tokens, closed.generated_tokens, turn.spoken_ms,
+                                  closed.sequence_tokens))
+    p.emit(log.ResponseDoneEntry(now, closed.turn_id, turn.text, closed.generated_tokens,
+                                 turn.interrupted, turn.spoken_ms))
+
+
+def _turn_withdrawn(p: LoopParts, item: TurnWithdrawn) -> None:
+    p.emit(log.ResponseWithdrawnEntry(p.now_ms(), item.turn_id))
+
+
+_OUTPUTS: dict[type, Callable[[LoopParts, Any], None]] = {
+    WorkerFailed: _worker_failed,
+    EngineFailed: _engine_failed,
+    AsrPartial: _asr_partial,
+    AsrPreview: _asr_preview,
+    AsrFinal: _asr_final,
+    TurnStart: _turn_start,
+    ReplyDelta: _reply_delta,
+    SpeculationDrafted: _drafted,
+    Presynthesized: _presynthesized,
+    SpeechChunk: _speech_chunk,
+    SpeechDone: _speech_done,
+    TurnClosed: _turn_closed,
+    TurnWithdrawn: _turn_withdrawn,
+}
+
+
+# ---------------------------------------------------------------------- turn actions
+
+
+def _state(p: LoopParts, action: StateChanged, cause: TurnInput) -> None:
+    p.emit(log.StateEntry(action.t_ms, action.new.value))
+
+
+def _request_partial(p: LoopParts, action: RequestPartial, cause: TurnInput) -> None:
+    p.utterances.request_preview()
+
+
+def _finalize(p: LoopParts, action: FinalizeUtterance, cause: TurnInput) -> None:
+    assert isinstance(cause, EndOfTurn)
+    p.emit(log.SpeechStoppedEntry(cause.t_ms, cause.speech_end_ms))
+    p.utterances.finalize(p.short_pause_ms())
+
+
+def _discard(p: LoopParts, action: DiscardUtterance, cause: TurnInput) -> None:
+    if isinstance(cause, EndOfTurn):
+        p.emit(log.SpeechStoppedEntry(cause.t_ms, cause.speech_end_ms, discarded=True))
+    p.utterances.discard()
+
+
+def _start_speculation(p: LoopParts, action: StartSpeculation, cause: TurnInput) -> None:
+    p.spec_texts[action.spec_id] = action.user_text
+    p.emit(log.SpeculationStartedEntry(p.now_ms(), action.spec_id, action.user_text))
+    p.dialogue.speculate(action.spec_id, action.user_text)
+
+
+def _cancel_speculation(p: LoopParts, action: CancelSpeculation, cause: TurnInput) -> None:
+    now = p.now_ms()
+    old = p.spec_texts.pop(action.spec_id, "")
+    if isinstance(cause, PartialTranscript):
+        # The transcript grew past what was speculated: a miss.
+        p.emit(log.SpeculationMissEntry(now, action.spec_id, None, old, cause.text, 0,
+                                        reason="superseded"))
+    else:
+        p.emit(log.SpeculationCancelledEntry(now, action.spec_id))
+    p.dialogue.cancel_speculation(action.spec_id)
+
+
+def _start_response(p: LoopParts, action: StartResponse, cause: TurnInput) -> None:
+    now = p.now_ms()
+    endpoint = p.last_end.t_ms if p.last_end is not None else now
+    p.playback.start(action.turn_id, speech_end_ms=action.speech_end_ms, endpoint_ms=endpoint)
+    premade = action.spec_id if action.spec_id in p.presynth_ready else None
+    p.presynth_ready.clear()
+    p.tts.begin(action.turn_id, premade)
+    p.dialogue.start_turn(action.turn_id, action.user_text, action.spec_id,
+                          max_new_tokens=p.response_tokens.pop(action.turn_id, None))
+
+
+def _barge_in(p: LoopParts, action: BargeIn, cause: TurnInput) -> None:
+    stopped = p.playback.stop(action.turn_id, detected_ms=action.t_ms, now_ms=p.now_ms())
+    if stopped is None:
+        return
+    report = stopped.report
+    p.tts.cancel(action.turn_id)
+    p.emit(log.BargeInEntry(action.t_ms, action.turn_id, report.played_at_detection_ms,
+                            reason=action.reason))
+    p.emit(log.PlaybackStoppedEntry(report.stopped_at_ms, action.turn_id, report.heard_ms,
+                                    report.leaked_ms))
+    heard = heard_position(stopped.playback.chunks, report.heard_samples)
+    p.dialogue.cut_turn(action.turn_id, heard.char_offset, report.heard_ms)
+
+
+def _cancel_response(p: LoopParts, action: CancelResponse, cause: TurnInput) -> None:
+    p.playback.withdraw(action.turn_id)
+    p.tts.cancel(action.turn_id)
+    p.dialogue.withdraw_turn(action.turn_id)
+
+
+_ACTIONS: dict[type, Callable[[LoopParts, Any, Any], None]] = {
+    StateChanged: _state,
+    RequestPartial: _request_partial,
+    FinalizeUtterance: _finalize,
+    DiscardUtterance: _discard,
+    StartSpeculation: _start_speculation,
+    CancelSpeculation: _cancel_speculation,
+    StartResponse: _start_response,
+    BargeIn: _barge_in,
+    CancelResponse: _cancel_response,
+}

@@ -1,0 +1,94 @@
+"""The TTS worker: one reply voice per turn, and pre-synthesis of speculative clauses.
+
+A :class:`~assistant.loop.workers.Worker` thread around one loaded Piper voice.
+Methods are called from the event loop and only queue commands; audio comes back
+through ``post`` as :class:`SpeechChunk` / :class:`SpeechDone` / :class:`Presynthesized`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from assistant.loop.workers import Post, Worker
+from assistant.speech.voice import ReplyVoice
+
+if TYPE_CHECKING:
+    from audio.tts import SpanSynthesizer
+    from audio.word_timing import TTSChunk
+
+__all__ = ["SpeechChunk", "SpeechDone", "Presynthesized", "TtsWorker"]
+
+
+@dataclass(frozen=True)
+class SpeechChunk:
+    turn_id: int
+    chunk: TTSChunk
+
+
+@dataclass(frozen=True)
+class SpeechDone:
+    """No more audio for ``turn_id``."""
+
+    turn_id: int
+    total_samples: int
+    """Samples of the whole reply (at the chunks' rate)."""
+
+
+@dataclass(frozen=True)
+class Presynthesized:
+    spec_id: int
+    chunk: TTSChunk
+
+
+class TtsWorker(Worker):
+    """One :class:`ReplyVoice` per turn; pre-synthesises speculative clauses at low priority."""
+
+    def __init__(self, synthesizer: SpanSynthesizer, post: Post, *,
+                 min_clause_chars: int = 12) -> None:
+        self.synthesizer = synthesizer
+        self.min_clause_chars = min_clause_chars
+        self._voices: dict[int, ReplyVoice] = {}
+        self._cancelled: set[int] = set()
+        self._premade: dict[int, TTSChunk] = {}
+        super().__init__("tts", post)
+
+    def begin(self, turn_id: int, spec_id: int | None = None) -> None:
+        def command() -> None:
+            premade = [self._premade[spec_id]] if spec_id in self._premade else []
+            self._premade.clear()
+            self._voices[turn_id] = ReplyVoice(self.synthesizer, turn_id,
+                                               min_clause_chars=self.min_clause_chars,
+                                               premade=premade)
+        self.submit(command)
+
+    def feed(self, turn_id: int, delta: str, done: bool) -> None:
+        def command() -> None:
+            voice = self._voices.get(turn_id)
+            if voice is None or turn_id in self._cancelled:
+                return
+            chunks = voice.feed(delta) if delta else []
+            for chunk in chunks:
+                self.post(SpeechChunk(turn_id, chunk))
+            if done:
+                for chunk in voice.finish():
+                    self.post(SpeechChunk(turn_id, chunk))
+                self._voices.pop(turn_id, None)
+                self.post(SpeechDone(turn_id, voice.total_samples))
+        self.submit(command)
+
+    def cancel(self, turn_id: int) -> None:
+        def command() -> None:
+            self._cancelled.add(turn_id)
+            voice = self._voices.pop(turn_id, None)
+            if voice is not None:
+                voice.cancel()
+        self.submit(command, priority="control")
+
+    def presynthesize(self, spec_id: int, text: str) -> None:
+        def command() -> None:
+            chunk = self.synthesizer.synthesize_span(text, turn_id=0, char_start=0)
+            if chunk is not None:
+                self._premade[spec_id] = chunk
+                self.post(Presynthesized(spec_id, chunk))
+        self.submit(command, priority="low")

@@ -1,0 +1,127 @@
+"""The user's open utterance, as the ASR worker sees it.
+
+:class:`UtteranceTracker` numbers utterances, forwards their audio to the ASR worker,
+and carries out the turn manager's ASR actions with the right audio span: a preview at
+a short pause (the speech plus the same tail a final decode will see, so a final of the
+same audio is the same text and a speculation can hit), the final at the end of turn,
+or a discard. It also holds display partials while the user is quiet, so that no
+partial re-decode is in flight on the worker when the pause asks for the preview.
+
+Pure bookkeeping over an :class:`~assistant.loop.asr_worker.AsrWorker`; runs on the
+event loop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from assistant.loop.asr_worker import AsrWorker
+
+__all__ = ["UtteranceTracker"]
+
+
+@dataclass
+class _Utt:
+    utt_id: int
+    end_sample: int | None = None
+    """End of its speech, once the VAD closed it."""
+
+
+class UtteranceTracker:
+    """See the module docstring. Times are samples at the listener's ``rate``."""
+
+    def __init__(self, asr: AsrWorker, *, rate: int, tail_ms: int, quiet_hold_ms: int) -> None:
+        self.asr = asr
+        self.rate = rate
+        self.tail_ms = tail_ms
+        """Audio after the end of speech included in preview and final decodes."""
+        self.quiet_hold_ms = quiet_hold_ms
+        self._next_id = 1
+        self._utt: _Utt | None = None
+        self._finals: list[int] = []
+        self._pause_end_sample = 0
+        self._quiet_ms = 0
+        self._quiet_hold = False
+
+    # ------------------------------------------------------------------ queries
+
+    def is_current(self, utt_id: int) -> bool:
+        return self._utt is not None and self._utt.utt_id == utt_id
+
+    @property
+    def settled(self) -> bool:
+        """No utterance open and no final transcript pending."""
+        return not self._finals and (self._utt is None or self._utt.end_sample is not None)
+
+    # ------------------------------------------------------------------ listener input
+
+    def open(self, pcm: npt.NDArray[np.float32], start_sample: int) -> None:
+        utt = _Utt(self._next_id)
+        self._next_id += 1
+        self._utt = utt
+        self._quiet_ms, self._quiet_hold = 0, False
+        self.asr.open(utt.utt_id, pcm, start_sample)
+
+    def audio(self, pcm: npt.NDArray[np.float32]) -> None:
+        if self._utt is not None and self._utt.end_sample is None:
+            self.asr.feed(self._utt.utt_id, pcm)
+
+    def closed(self, speech_end_sample: int) -> None:
+        if self._utt is not None:
+            self._utt.end_sample = speech_end_sample
+
+    def voice_frame(self, voiced: bool, duration_ms: int) -> None:
+        """Hold display partials as soon as the user goes quiet (see the module docstring)."""
+        utt = self._utt
+        if utt is None or utt.end_sample is not None:
+            return
+        if voiced:
+            self._quiet_ms = 0
+            if self._quiet_hold:
+                self._quiet_hold = False
+                self.asr.hold_partials(utt.utt_id, False)
+            return
+        self._quiet_ms += duration_ms
+        if 0 < self.quiet_hold_ms <= self._quiet_ms and not self._quiet_hold:
+            self._quiet_hold = True
+            self.asr.hold_partials(utt.utt_id, True)
+
+    def short_pause(self, pause_start_sample: int, short_pause_ms: int) -> None:
+        """A pause began at ``pause_start_sample``: a preview decodes up to it plus the
+        tail (the tail fits in the pause, so that audio is there)."""
+        tail = min(self.tail_ms, short_pause_ms)
+        self._pause_end_sample = pause_start_sample + tail * self.rate // 1000
+        self._quiet_hold = False  # the pause holds them now, until speech resumes
+        if self._utt is not None:
+            self.asr.hold_partials(self._utt.utt_id, True)
+
+    def speech_resumed(self) -> None:
+        if self._utt is not None:
+            self.asr.hold_partials(self._utt.utt_id, False)
+
+    # ------------------------------------------------------------------ turn actions
+
+    def request_preview(self) -> None:
+        if self._utt is not None:
+            self.asr.preview(self._utt.utt_id, self._pause_end_sample)
+
+    def finalize(self, short_pause_ms: int) -> None:
+        """Decode the utterance to its end (plus the tail); the final comes back later."""
+        if self._utt is None:
+            return
+        tail = min(self.tail_ms, short_pause_ms) * self.rate // 1000
+        self._finals.append(self._utt.utt_id)
+        self.asr.finalize(self._utt.utt_id, (self._utt.end_sample or 0) + tail)
+        self._utt = None
+
+    def discard(self) -> None:
+        if self._utt is not None:
+            self.asr.discard(self._utt.utt_id)
+            self._utt = None
+
+    def final_arrived(self, utt_id: int) -> None:
+        if utt_id in self._finals:
+            self._finals.remove(utt_id)

@@ -1,0 +1,235 @@
+"""The engine thread: one owner of the backend, many conversations, failures kept apart.
+
+Deterministic: the host thread is held at known points with events (never ordered by
+sleeps), on the fake-runner engine with the scripted chat model of the replay tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from assistant.dialogue.dialogue import Dialogue
+from assistant.dialogue.types import ReplyDelta, TurnClosed, TurnStart
+from assistant.llm.host import EngineFailed, EngineHost, HostClosed
+from assistant.llm.local import LocalBackend
+from assistant.llm.protocol import LLMBackend
+from assistant.loop.engine_client import DialogueClient, TurnWithdrawn
+from tests.replay.fakes import scripted_dialogue, scripted_engine, scripted_reply
+
+TIMEOUT = 10
+
+
+class Inbox:
+    """What one session was posted, with a way to wait for a kind of output."""
+
+    def __init__(self) -> None:
+        self.items: list[Any] = []
+        self._cond = threading.Condition()
+
+    def __call__(self, item: Any) -> None:
+        with self._cond:
+            self.items.append(item)
+            self._cond.notify_all()
+
+    def wait_for(self, pred: Callable[[Any], bool]) -> Any:
+        with self._cond:
+            assert self._cond.wait_for(lambda: any(pred(i) for i in self.items), TIMEOUT)
+            return next(i for i in self.items if pred(i))
+
+    def reply(self, turn_id: int) -> str:
+        return "".join(i.text for i in self.items
+                       if isinstance(i, ReplyDelta) and i.turn_id == turn_id)
+
+
+class HeldBackend(LocalBackend):
+    """A local backend whose next step can be held open by the test."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.hold = threading.Event()
+        self.hold.set()
+        self.in_step = threading.Event()
+        self.steps = 0
+
+    def step(self) -> None:
+        self.in_step.set()
+        assert self.hold.wait(TIMEOUT)
+        self.steps += 1
+        super().step()
+
+
+def _host() -> tuple[EngineHost, HeldBackend, Callable[[LLMBackend], Dialogue]]:
+    engine, template = scripted_engine()
+    backend = HeldBackend(engine)
+    return EngineHost(backend), backend, scripted_dialogue(template, max_new_tokens=60)
+
+
+def _done(turn_id: int) -> Callable[[Any], bool]:
+    return lambda i: isinstance(i, ReplyDelta) and i.turn_id == turn_id and i.done
+
+
+def test_two_conversations_share_batched_steps_and_each_gets_only_its_own_outputs() -> None:
+    host, backend, build = _host()
+    a_box, b_box = Inbox(), Inbox()
+    try:
+        a = DialogueClient(host, build, a_box, name="a")
+        b = DialogueClient(host, build, b_box, name="b")
+        a.start_turn(1, "hello there", None)
+        b.start_turn(1, "what time is it", None)
+        a_box.wait_for(_done(1))
+        b_box.wait_for(_done(1))
+        assert a_box.reply(1) == scripted_reply("hello there")
+        assert b_box.reply(1) == scripted_reply("what time is it")
+        runner: Any = backend.engine.runner
+        assert max(runner.decode_batch_sizes) == 2  # one decode served both conversations
+        a.finish_turn(1, 1000)
+        closed = a_box.wait_for(lambda i: isinstance(i, TurnClosed))
+        assert closed.turn.text == scripted_reply("hello there")
+        a.close()
+        b.close()
+        assert host.call(lambda be: be.stats().sequences).result(TIMEOUT) == 0
+        host.call(lambda be: be.check()).result(TIMEOUT)
+    finally:
+        host.close()
+
+
+def test_submitting_never_waits_for_an_engine_step_in_progress() -> None:
+    host, backend, build = _host()
+    box = Inbox()
+    try:
+        client = DialogueClient(host, build, box)
+        client.start_turn(1, "tell me a story", None)
+        box.wait_for(lambda i: isinstance(i, TurnStart))
+        backend.in_step.clear()
+        backend.hold.clear()  # the next step blocks inside the engine thread
+        assert backend.in_step.wait(TIMEOUT)
+        # The host is inside a step: these only queue and return (the test would hang
+        # here if submit took a lock the step holds).
+        done = threading.Event()
+
+        def submit() -> None:
+            client.cut_turn(1, 0, 0)
+            client.speculate(7, "next")
+            done.set()
+
+        threading.Thread(target=submit).start()
+        assert done.wait(TIMEOUT)
+        backend.hold.set()
+        closed = box.wait_for(lambda i: isinstance(i, TurnClosed))
+        assert closed.turn.interrupted and closed.kept_tokens == 0
+    finally:
+        backend.hold.set()
+        host.close()
+
+
+def test_a_failing_command_is_reported_to_its_session_only() -> None:
+    host, _backend, build = _host()
+    a_box, b_box = Inbox(), Inbox()
+    try:
+        a = DialogueClient(host, build, a_box, name="a")
+        b = DialogueClient(host, build, b_box, name="b")
+        a.finish_turn(5, 0)  # no such turn: a DialogueError on the engine thread
+        b.start_turn(1, "hello there", None)
+        failed = a_box.wait_for(lambda i: isinstance(i, EngineFailed))
+        assert failed.session == "a" and "not the open turn" in str(failed.error)
+        b_box.wait_for(_done(1))
+        assert not any(isinstance(i, EngineFailed) for i in b_box.items)
+        a.start_turn(1, "still here?", None)  # the failing session's dialogue is intact
+        a_box.wait_for(_done(1))
+    finally:
+        host.close()
+
+
+def test_a_generation_that_fails_is_retired_and_reported_to_its_owner_only() -> None:
+    host, backend, build = _host()
+    a_box, b_box = Inbox(), Inbox()
+    tokenizer: Any = backend.engine.tokenizer
+    poison = tokenizer.encode("Q")[0]
+    real_decode = tokenizer.decode
+
+    def decode(ids: list[int]) -> str:
+        if poison in ids:
+            raise ValueError("undecodable")
+        return str(real_decode(ids))
+
+    try:
+        a = DialogueClient(host, build, a_box, name="a")
+        b = DialogueClient(host, build, b_box, name="b")
+        tokenizer.decode = decode
+        a.start_turn(1, "Q", None)  # its reply "You said Q..." cannot be decoded
+        b.start_turn(1, "hello there", None)
+        failed = a_box.wait_for(lambda i: isinstance(i, EngineFailed))
+        assert "undecodable" in str(failed.error)
+        b_box.wait_for(_done(1))
+        assert b_box.reply(1) == scripted_reply("hello there")
+        assert not any(isinstance(i, EngineFailed) for i in b_box.items)
+        host.call(lambda be: be.check()).result(TIMEOUT)
+    finally:
+        tokenizer.decode = real_decode
+        host.close()
+
+
+def test_closing_a_session_during_its_build_releases_what_the_build_made() -> None:
+    host, backend, build = _host()
+    building, release_build = threading.Event(), threading.Event()
+
+    def slow_build(be: LLMBackend) -> Dialogue:
+        building.set()
+        assert release_build.wait(TIMEOUT)
+        return build(be)
+
+    try:
+        client = DialogueClient(host, slow_build, Inbox())
+        assert building.wait(TIMEOUT)
+        closing = threading.Thread(target=client.close)
+        closing.start()
+        release_build.set()
+        closing.join(TIMEOUT)
+        assert host.call(lambda be: be.stats().sequences).result(TIMEOUT) == 0
+        assert host.sessions == 0
+    finally:
+        release_build.set()
+        host.close()
+
+
+def test_a_withdrawal_that_overtakes_its_turn_start_leaves_the_history_intact() -> None:
+    host, backend, build = _host()
+    box = Inbox()
+    try:
+        client = DialogueClient(host, build, box)
+        client.idle().result(TIMEOUT)  # built (host calls are control: they would overtake)
+        assert host.call(lambda be: be.stats().sequences).result(TIMEOUT) == 1
+        tokens = asyncio.run(client.query(lambda d: d.sequence.tokens))
+        gate = threading.Event()
+        host.call(lambda be: gate.wait(TIMEOUT))  # hold the engine thread while we queue
+        client.speculate(1, "hello")  # low priority: still queued when the start is dropped
+        client.start_turn(1, "hello", 1)
+        client.withdraw_turn(1)  # control: runs before the start it cancels
+        gate.set()
+        client.idle().result(TIMEOUT)
+        assert any(isinstance(i, TurnWithdrawn) for i in box.items)
+        assert not any(isinstance(i, (EngineFailed, TurnStart)) for i in box.items)
+        state = asyncio.run(client.query(
+            lambda d: (d.in_sync(), d.sequence.tokens, d.live_turn_id)))
+        assert state == (True, tokens, None)
+        client.close()
+        assert host.call(lambda be: be.stats().sequences).result(TIMEOUT) == 0
+    finally:
+        host.close()
+
+
+def test_an_idle_host_does_no_steps_and_a_closed_host_refuses_work() -> None:
+    host, backend, build = _host()
+    box = Inbox()
+    client = DialogueClient(host, build, box)
+    client.idle().result(TIMEOUT)
+    assert backend.steps == 0  # built, nothing to generate: no step ran
+    host.close()
+    with pytest.raises(HostClosed):
+        host.call(lambda be: be.stats()).result(TIMEOUT)
+    assert backend.engine.stats().sequences == 0  # the host released every conversation

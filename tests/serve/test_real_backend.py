@@ -1,0 +1,124 @@
+"""The real `PipelineBackend` (real ASR, engine and TTS on the shared engine thread),
+driven through its `SessionBackend` API: ``response.cancel`` and a withdrawn reply take
+the pipeline's public paths and leave the history equal to the engine's sequence."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from typing import Any
+
+import numpy as np
+import pytest
+
+from assistant.serve.backend import contract as B
+from tests.serve.support import piper_speech, run
+
+pytestmark = pytest.mark.slow
+
+
+class GatedVoice:
+    """The shared Piper voice, but no audio comes out until the test opens the gate."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.open = threading.Event()
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.inner.sample_rate)
+
+    def synthesize_span(self, text: str, **kwargs: Any) -> Any:
+        assert self.open.wait(60)
+        return self.inner.synthesize_span(text, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+async def _until(backend: Any, seen: list[Any], pred: Any, timeout: float = 60.0) -> Any:
+    async def pump() -> Any:
+        async for event in backend.events():
+            seen.append(event)
+            if pred(event):
+                return event
+        raise AssertionError("backend closed")
+    return await asyncio.wait_for(pump(), timeout)
+
+
+async def _speak(backend: Any, pcm: np.ndarray, step: int = 2400) -> None:
+    for i in range(0, len(pcm), step):
+        await backend.push_audio(pcm[i : i + step])
+
+
+def test_response_cancel_cuts_the_reply_to_what_was_heard(serve_runtime: Any) -> None:
+    rt = serve_runtime
+    manual = dataclasses.replace(rt.defaults, turn_detection=None)
+
+    async def main() -> None:
+        backend = rt.backend_factory(manual)
+        seen: list[Any] = []
+        try:
+            backend.add_text("user", "Tell me a long story about a knight and a dragon.")
+            key = backend.create_response(B.ResponseRequest())
+            await _until(backend, seen, lambda e: isinstance(e, B.ResponseAudio))
+            assert backend.cancel_response("client_cancelled")
+            done = await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished))
+            assert done.response_key == key
+            assert (done.status, done.reason) == ("cancelled", "client_cancelled")
+            assert not backend.cancel_response()  # nothing in flight any more
+            context = (await backend.context_text()).splitlines()
+            assert context[-1].rstrip() == f"assistant: {done.text}".rstrip()
+            await backend.sequence_text()  # raises unless sequence == history
+            # The conversation goes on from there.
+            backend.add_text("user", "Thanks.")
+            backend.create_response(B.ResponseRequest(max_output_tokens=8))
+            again = await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished)
+                                 and e.response_key != key)
+            assert again.status == "completed" and again.usage.output_tokens <= 8
+        finally:
+            await backend.aclose()
+        rt.check_engine()
+        assert rt.engine_stats()["sequences"] == 0
+
+    run(main(), timeout=180)
+
+
+def test_a_reply_the_user_talks_into_before_it_plays_is_withdrawn(serve_runtime: Any) -> None:
+    rt = serve_runtime
+    voice = GatedVoice(rt.models.synthesizer)
+    gated = dataclasses.replace(rt, models=dataclasses.replace(rt.models, synthesizer=voice))
+    first = piper_speech(rt, "What is the capital of France?")
+    more = piper_speech(rt, "And what about Germany, please?")
+    silence = np.zeros(24000, np.int16)
+
+    async def main() -> None:
+        backend = gated.backend_factory(rt.defaults)
+        seen: list[Any] = []
+        try:
+            await _speak(backend, np.concatenate([silence[:4800], first, silence]))
+            started = await _until(backend, seen, lambda e: isinstance(e, B.ResponseStarted))
+            # No audio can play yet (the voice is gated): the user goes on talking.
+            await _speak(backend, np.concatenate([more, silence[:2400]]))
+            done = await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished))
+            assert done.response_key == started.response_key
+            assert (done.status, done.reason) == ("cancelled", "turn_detected")
+            assert not any(isinstance(e, B.ResponseAudio) for e in seen)
+            voice.open.set()
+            await _speak(backend, silence)
+            answer = await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished)
+                                  and e.response_key != started.response_key)
+            assert answer.status == "completed"
+            # One user turn holds both utterances: the withdrawn reply left no trace.
+            context = (await backend.context_text()).splitlines()
+            assert [line.split(":")[0] for line in context] == ["system", "user", "assistant"]
+            assert "france" in context[1].lower() and "germany" in context[1].lower()
+            await backend.sequence_text()
+        finally:
+            voice.open.set()
+            await backend.aclose()
+        rt.check_engine()
+        assert rt.engine_stats()["sequences"] == 0
+
+    run(main(), timeout=240)
