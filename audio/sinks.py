@@ -24,6 +24,7 @@ what echo handling needs as its far-end reference.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import wave
@@ -41,6 +42,8 @@ from audio.errors import AudioError, AudioFileError, AudioValueError, DeviceErro
 from audio.resample import StreamResampler
 
 __all__ = ["Sink", "Tap", "NullSink", "WavSink", "SpeakerSink"]
+
+_log = logging.getLogger(__name__)
 
 Tap = Callable[[AudioChunk], None]
 
@@ -88,6 +91,8 @@ class _ClockSink:
         self.clock = clock
         self.sample_rate = int(sample_rate)
         self.tap = tap
+        self.tap_error: Exception | None = None
+        """Set when the tap raised in the audio callback (it is then disabled)."""
         self._lock = threading.RLock()
         self._segments: deque[tuple[int, npt.NDArray[np.float32]]] = deque()  # (start time, pcm)
         self._queue_end = 0
@@ -264,6 +269,8 @@ class SpeakerSink:
         self.clock = clock
         self.sample_rate = int(sample_rate)
         self.tap = tap
+        self.tap_error: Exception | None = None
+        """Set when the tap raised in the audio callback (it is then disabled)."""
         self._lock = threading.Lock()
         self._queue: deque[npt.NDArray[np.float32]] = deque()
         self._queued_dev = 0
@@ -332,7 +339,16 @@ class SpeakerSink:
         if filled and self.tap is not None:
             at = self.clock.now_samples() + int(round((dac - cur) * self.clock.sample_rate))
             start = at * self.device_rate // self.clock.sample_rate
-            self.tap(AudioChunk(np.array(outdata[:filled, 0], np.float32), self.device_rate, start))
+            chunk = AudioChunk(np.array(outdata[:filled, 0], np.float32), self.device_rate, start)
+            try:
+                self.tap(chunk)
+            except Exception as exc:  # a raise here would abort the PortAudio stream
+                # Playback and its position must go on (barge-in depends on them); the
+                # echo reference is what is lost, so say so once and stop calling it.
+                self.tap_error = exc
+                self.tap = None
+                _log.error("speaker tap failed; echo handling now runs without a "
+                           "reference: %s", exc, exc_info=exc)
 
     # -- control thread --------------------------------------------------------------
     def write(self, chunk: AudioChunk) -> None:

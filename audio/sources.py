@@ -25,12 +25,14 @@ import numpy.typing as npt
 from audio.chunk import AudioChunk
 from audio.clock import Clock
 from audio.devices import DeviceSpec, StreamFactory, open_input_stream, resolve_device
-from audio.errors import AudioValueError
+from audio.errors import AudioValueError, DeviceError
 from audio.resample import StreamResampler
 
 __all__ = ["SourceStats", "StreamConverter", "WavFileSource", "MicSource"]
 
 _SILENCE_GAP_LIMIT_S = 10.0
+_POLL_S = 0.05
+"""How often an idle microphone iterator checks that its stream is alive."""
 """Longest gap (dropped mic blocks) filled with silence; longer gaps re-anchor the stream."""
 
 
@@ -222,9 +224,12 @@ class MicSource:
         channels: int = 1,
         stream_factory: StreamFactory | None = None,
         device_rate: int | None = None,
+        stall_timeout_s: float = 5.0,
     ) -> None:
         self.clock = clock
         self.sample_rate = int(sample_rate)
+        self.stall_timeout_s = stall_timeout_s
+        """No block for this long from a running stream is a dead microphone."""
         self.frame_samples = self.sample_rate * int(frame_ms) // 1000
         if self.frame_samples <= 0 or queue_blocks <= 0:
             raise AudioValueError("mic frame_ms and queue size must be positive")
@@ -296,6 +301,15 @@ class MicSource:
             self._started = True
             self._stream.start()
 
+    def _check_alive(self, waited_s: float) -> None:
+        """A dead stream never calls back: say so instead of waiting forever."""
+        if getattr(self._stream, "active", True) is False:
+            raise DeviceError("the microphone stream stopped (device unplugged or the "
+                              "audio server went away)")
+        if waited_s >= self.stall_timeout_s:
+            raise DeviceError(f"the microphone delivered no audio for {waited_s:.0f} s "
+                              "(device unplugged or muted by the system?)")
+
     def close(self) -> None:
         """Stop capturing; iteration ends after the queued blocks. Idempotent."""
         if self._closed.is_set():
@@ -309,13 +323,17 @@ class MicSource:
     def __iter__(self) -> Iterator[AudioChunk]:
         self.start()
         expected = 0  # next device sample index the converter has not seen
+        waited = 0.0  # seconds without a block
         while True:
             try:
-                index, block = self._queue.get(timeout=0.05)
+                index, block = self._queue.get(timeout=_POLL_S)
             except queue.Empty:
                 if self._closed.is_set():
                     break
+                waited += _POLL_S
+                self._check_alive(waited)
                 continue
+            waited = 0.0
             if self._conv is None:
                 with self._lock:
                     anchor = self._anchor or 0

@@ -303,3 +303,25 @@ def test_speaker_close_is_idempotent_and_releases_the_stream() -> None:
     assert stream.closed
     with pytest.raises(AudioError):
         sink.write(AudioChunk(np.zeros(10, np.float32), 16000))
+
+
+def test_a_failing_tap_never_aborts_playback_and_is_reported() -> None:
+    streams: list[FakeOutputStream] = []
+
+    def factory(**kwargs: Any) -> FakeOutputStream:
+        streams.append(FakeOutputStream(**kwargs))
+        return streams[-1]
+
+    def tap(chunk: AudioChunk) -> None:
+        raise RuntimeError("echo canceller broke")
+
+    sink = SpeakerSink(VirtualClock(CLOCK_RATE), 16000, buffer_ms=20, tap=tap,
+                       stream_factory=factory)
+    stream = streams[-1]
+    audio = tone(1000, 16000)
+    sink.write(AudioChunk(audio, 16000))
+    out1 = stream.pull(320, current=1.0, dac=1.05)  # the callback must not raise
+    out2 = stream.pull(320, current=1.02, dac=1.07)
+    np.testing.assert_array_equal(np.concatenate([out1, out2]), audio[:640])
+    assert isinstance(sink.tap_error, RuntimeError) and sink.tap is None
+    sink.close()

@@ -262,3 +262,28 @@ def test_missing_portaudio_is_a_device_error_saying_what_to_install(monkeypatch:
     monkeypatch.setitem(sys.modules, "sounddevice", None)  # import now fails
     with pytest.raises(DeviceError, match="libportaudio2"):
         load_sounddevice()
+
+
+def test_a_dead_mic_stream_is_a_clear_error_not_a_hang() -> None:
+    clock = VirtualClock(RATE)
+    mic, stream = make_mic(clock, RATE)
+    stream.feed(np.full((320, 1), 0.1, np.float32))
+    stream.active = False  # type: ignore[attr-defined]  # PortAudio aborted the stream
+    frames = iter(mic)
+    assert next(frames).num_samples == 320
+    with pytest.raises(DeviceError, match="microphone stream stopped"):
+        next(frames)
+
+
+def test_a_mic_that_goes_silent_for_good_is_a_clear_error() -> None:
+    clock = VirtualClock(RATE)
+    made: list[FakeInputStream] = []
+
+    def factory(**kw: Any) -> FakeInputStream:
+        made.append(FakeInputStream(**kw))
+        return made[-1]
+
+    mic = MicSource(clock, RATE, 20, stream_factory=factory, device_rate=RATE,
+                    stall_timeout_s=0.2)
+    with pytest.raises(DeviceError, match="no audio for"):
+        next(iter(mic))
