@@ -83,7 +83,7 @@ def test_failed_conversion_leaves_nothing_loadable(tmp_path: Path) -> None:
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"GGUF" + os.urandom(64))
     cache = tmp_path / "cache"
-    with pytest.raises((UserError, Exception)):
+    with pytest.raises(UserError, match="cannot load GGUF checkpoint"):
         convert_gguf(bad, cache, progress=lambda _m: None, show_bar=False)
     target = converted_dir_for(bad, cache)
     assert not target.exists()

@@ -47,6 +47,12 @@ def test_server_events_validate_against_openai_sdk_models(codec: Codec, event: A
     ga_json = json.loads(codec.encode_server(event))
     ga: Any = validate_type(type_=RealtimeServerEvent, value=ga_json)  # type: ignore[arg-type]
     assert ga.type == event.type
+    # The SDK's models accept unknown fields silently: a field we send that the protocol
+    # does not have (a typo, a dropped rename) must fail here, not in a client. The one
+    # allowance: the hosted GA server's session objects carry ``id`` and ``object``
+    # (``"realtime.session"``, as in the API reference's session.created example) which
+    # the SDK's request-shaped session model does not declare.
+    assert [p for p in _extra_fields(ga) if p not in _HOSTED_SESSION_FIELDS] == []
     beta_json = json.loads(codec.encode_server(event, Dialect.BETA))
     assert beta_json["type"] == BETA_EVENT_NAMES.get(event.type, event.type)
     if beta_json["type"] in ("conversation.item.retrieved",):
@@ -57,6 +63,26 @@ def test_server_events_validate_against_openai_sdk_models(codec: Codec, event: A
         del beta_json["session"]["model"]
     beta: Any = validate_type(type_=BetaServerEvent, value=beta_json)  # type: ignore[arg-type]
     assert beta.type == beta_json["type"]
+    assert [p for p in _extra_fields(beta) if p not in _HOSTED_SESSION_FIELDS] == []
+
+
+_HOSTED_SESSION_FIELDS = frozenset({".session.id", ".session.object"})
+
+
+def _extra_fields(value: Any, path: str = "") -> list[str]:
+    """Paths of fields a parsed SDK model kept as extras (it has no such field)."""
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        found = [f"{path}.{k}" for k in (value.model_extra or {})]
+        for name in type(value).model_fields:
+            found += _extra_fields(getattr(value, name), f"{path}.{name}")
+        return found
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value) for p in _extra_fields(v, f"{path}[{i}]")]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in _extra_fields(v, f"{path}.{k}")]
+    return []
 
 
 def test_sdk_typed_client_events_decode(codec: Codec) -> None:

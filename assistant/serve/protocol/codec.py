@@ -176,6 +176,13 @@ def _response_from_beta(resp: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _beta_turn_detection(td: Any) -> Any:
+    """The beta shape has no ``idle_timeout_ms`` (a GA field)."""
+    if not isinstance(td, dict):
+        return td
+    return {k: v for k, v in td.items() if k != "idle_timeout_ms"}
+
+
 def _session_to_beta(session: dict[str, Any]) -> dict[str, Any]:
     audio_in = session["audio"]["input"]
     audio_out = session["audio"]["output"]
@@ -191,7 +198,7 @@ def _session_to_beta(session: dict[str, Any]) -> dict[str, Any]:
         "input_audio_format": _BETA_FORMAT,
         "output_audio_format": _BETA_FORMAT,
         "input_audio_transcription": audio_in["transcription"],
-        "turn_detection": audio_in["turn_detection"],
+        "turn_detection": _beta_turn_detection(audio_in["turn_detection"]),
         "input_audio_noise_reduction": audio_in["noise_reduction"],
         "tools": [],
         "tool_choice": "auto",
