@@ -36,126 +36,26 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, TypeVar
 
-from assistant.llm.protocol import BackendStats, JobsFailed, LLMBackend, LLMJob
+from assistant.llm.protocol import BackendStats, JobsFailed, LLMBackend
+from assistant.llm.session import (
+    Command,
+    EngineFailed,
+    H,
+    HostClosed,
+    Hosted,
+    HostSession,
+    Post,
+    Priority,
+)
 
 __all__ = ["EngineHost", "HostSession", "Hosted", "EngineFailed", "HostClosed", "Priority",
            "Post"]
 
-Priority = Literal["control", "normal", "low"]
-Post = Callable[[Any], None]
+R = TypeVar("R")
 _PRIORITIES: dict[str, int] = {"control": 0, "normal": 1, "low": 2}
 _log = logging.getLogger(__name__)
-
-
-class Hosted(Protocol):
-    """What a session keeps on the host thread (a dialogue)."""
-
-    def has_work(self) -> bool:
-        """Generation in flight, or outputs not collected yet."""
-        ...
-
-    def collect(self) -> list[Any]:
-        """Outputs since the last call (called after every backend step)."""
-        ...
-
-    def owns(self, job: LLMJob) -> bool: ...
-
-    def abort(self) -> None:
-        """Stop all generation (after a failed step)."""
-        ...
-
-    def close(self) -> None:
-        """Release everything (idempotent)."""
-        ...
-
-
-H = TypeVar("H", bound=Hosted)
-R = TypeVar("R")
-
-
-@dataclass(frozen=True)
-class EngineFailed:
-    """Posted to a session whose command or generation failed on the engine thread."""
-
-    session: str
-    error: BaseException
-
-
-class HostClosed(RuntimeError):
-    """The engine host was shut down."""
-
-
-@dataclass
-class _Command:
-    session: HostSession[Any] | None
-    run: Callable[[], None]
-    on_drop: Callable[[], None] | None = None
-    """Called instead of ``run`` when the command is dropped (its session closed)."""
-
-
-class HostSession(Generic[H]):
-    """One conversation's handle on the host (see the module docstring).
-
-    ``post`` receives, on the host thread, every non-None command result, every output
-    the state collects, and :class:`EngineFailed` reports; bind it to
-    ``loop.call_soon_threadsafe`` to get them on an event loop.
-    """
-
-    def __init__(self, host: EngineHost, post: Post, name: str) -> None:
-        self.name = name
-        self.post = post
-        self._host = host
-        self.state: H | None = None
-        """Touched on the host thread only."""
-        self.queued = 0
-        self.closed = False
-        self.idle_waiters: list[concurrent.futures.Future[None]] = []
-
-    def submit(self, fn: Callable[[H], Any], *, priority: Priority = "normal") -> None:
-        """Run ``fn(state)`` on the host thread; a non-None result is posted. Ignored
-        once the session is closed, and before the state is built it waits in line."""
-        def run() -> None:
-            if self.state is not None:
-                result = fn(self.state)
-                if result is not None:
-                    self.post(result)
-        self._host._submit(_Command(self, run), priority)
-
-    def query(self, fn: Callable[[H], R], *,
-              priority: Priority = "normal") -> concurrent.futures.Future[R]:
-        """Run ``fn(state)`` on the host thread and get its result (or exception). Fails
-        with :class:`HostClosed` if the session closes first or has no state."""
-        fut: concurrent.futures.Future[R] = concurrent.futures.Future()
-
-        def run() -> None:
-            if self.state is None:
-                fut.set_exception(HostClosed(f"{self.name} has no conversation"))
-                return
-            try:
-                fut.set_result(fn(self.state))
-            except Exception as exc:
-                fut.set_exception(exc)
-
-        def dropped() -> None:
-            if not fut.done():
-                fut.set_exception(HostClosed(f"{self.name} was closed"))
-
-        if not self._host._submit(_Command(self, run, dropped), priority):
-            dropped()
-        return fut
-
-    def idle(self) -> concurrent.futures.Future[None]:
-        """Completes when nothing of this session is queued or generating."""
-        return self._host._idle_future(self)
-
-    def close(self) -> concurrent.futures.Future[None]:
-        """Drop queued commands and release the state on the host thread (whenever it
-        was built: a session closed during its own build releases what the build made).
-        Idempotent; the future completes once released."""
-        return self._host._close_session(self)
 
 
 class EngineHost:
@@ -167,7 +67,7 @@ class EngineHost:
         self.name = name
         self._stats_interval_s = stats_interval_s
         self._cond = threading.Condition()
-        self._queues: tuple[deque[_Command], ...] = (deque(), deque(), deque())
+        self._queues: tuple[deque[Command], ...] = (deque(), deque(), deque())
         self._sessions: list[HostSession[Any]] = []
         self._check_idle = False
         self._closed = False
@@ -196,7 +96,7 @@ class EngineHost:
 
         with self._cond:
             self._sessions.append(session)
-        if not self._submit(_Command(session, run), "normal"):
+        if not self.submit_command(Command(session, run), "normal"):
             session.closed = True
         return session
 
@@ -214,7 +114,7 @@ class EngineHost:
             if not fut.done():
                 fut.set_exception(HostClosed(f"{self.name} host is closed"))
 
-        if not self._submit(_Command(None, run, dropped), "control"):
+        if not self.submit_command(Command(None, run, dropped), "control"):
             dropped()
         return fut
 
@@ -239,9 +139,9 @@ class EngineHost:
         with self._cond:
             return len(self._sessions)
 
-    # ------------------------------------------------------------------ session side
+    # ------------------------------------------------------------------ for HostSession
 
-    def _submit(self, command: _Command, priority: str) -> bool:
+    def submit_command(self, command: Command, priority: str) -> bool:
         with self._cond:
             if self._closed or (command.session is not None and command.session.closed):
                 return False
@@ -251,7 +151,7 @@ class EngineHost:
             self._cond.notify()
             return True
 
-    def _idle_future(self, session: HostSession[Any]) -> concurrent.futures.Future[None]:
+    def idle_future(self, session: HostSession[Any]) -> concurrent.futures.Future[None]:
         fut: concurrent.futures.Future[None] = concurrent.futures.Future()
         with self._cond:
             if self._dead is not None:
@@ -264,7 +164,7 @@ class EngineHost:
                 self._cond.notify()
         return fut
 
-    def _close_session(self, session: HostSession[Any]) -> concurrent.futures.Future[None]:
+    def close_session(self, session: HostSession[Any]) -> concurrent.futures.Future[None]:
         fut: concurrent.futures.Future[None] = concurrent.futures.Future()
 
         def run() -> None:
@@ -278,7 +178,7 @@ class EngineHost:
                 fut.set_result(None)
                 return fut
             session.closed = True
-            dropped: list[_Command] = []
+            dropped: list[Command] = []
             for q in self._queues:  # its queued commands will never run
                 dropped += [c for c in q if c.session is session]
                 kept = [c for c in q if c.session is not session]
@@ -291,7 +191,7 @@ class EngineHost:
             if self._closed:
                 fut.set_result(None)  # the host releases every state on its way out
                 return fut
-            self._queues[0].append(_Command(None, run))
+            self._queues[0].append(Command(None, run))
             self._cond.notify()
         return fut
 
@@ -324,7 +224,7 @@ class EngineHost:
         finally:
             self._shutdown()
 
-    def _pop(self) -> _Command | None:
+    def _pop(self) -> Command | None:
         for q in self._queues:
             if q:
                 command = q.popleft()
@@ -333,7 +233,7 @@ class EngineHost:
                 return command
         return None
 
-    def _run_command(self, command: _Command) -> None:
+    def _run_command(self, command: Command) -> None:
         session = command.session
         try:
             command.run()

@@ -308,42 +308,26 @@ class RealtimeSession:
 
     async def handle_backend(self, event: B.BackendEvent) -> None:
         """Translate one backend event into server events."""
-        if isinstance(event, B.ResponseAudio):
-            await self._on_audio(event)
-        elif isinstance(event, B.ResponseText):
-            await self._on_text(event)
-        elif isinstance(event, B.SpeechStarted):
-            self._pending_user_item = self._pending_user_item or self._ids("item")
-            self._metrics.speech_started.inc()
-            await self._emit(
-                S.SpeechStarted(
-                    event_id=self._ids("event"),
-                    audio_start_ms=event.audio_start_ms,
-                    item_id=self._pending_user_item,
-                )
-            )
-        elif isinstance(event, B.SpeechStopped):
-            self._pending_user_item = self._pending_user_item or self._ids("item")
-            self._speech_stopped_at = self._clock()
-            await self._emit(
-                S.SpeechStopped(
-                    event_id=self._ids("event"),
-                    audio_end_ms=event.audio_end_ms,
-                    item_id=self._pending_user_item,
-                )
-            )
-        elif isinstance(event, B.InputCommitted):
-            await self._on_committed()
-        elif isinstance(event, B.UserTranscript):
-            await self._on_transcript(event)
-        elif isinstance(event, B.ResponseStarted):
-            await self._on_response_started(event)
-        elif isinstance(event, B.ResponseFinished):
-            await self._on_response_finished(event)
-        elif isinstance(event, B.BackendFailure):
-            await self.error(ProtocolError(event.code, event.message, error_type="server_error"))
+        await _BACKEND_HANDLERS[type(event)](self, event)
 
-    async def _on_committed(self) -> None:
+    async def _on_speech_started(self, event: B.SpeechStarted) -> None:
+        self._pending_user_item = self._pending_user_item or self._ids("item")
+        self._metrics.speech_started.inc()
+        await self._emit(S.SpeechStarted(event_id=self._ids("event"),
+                                         audio_start_ms=event.audio_start_ms,
+                                         item_id=self._pending_user_item))
+
+    async def _on_speech_stopped(self, event: B.SpeechStopped) -> None:
+        self._pending_user_item = self._pending_user_item or self._ids("item")
+        self._speech_stopped_at = self._clock()
+        await self._emit(S.SpeechStopped(event_id=self._ids("event"),
+                                         audio_end_ms=event.audio_end_ms,
+                                         item_id=self._pending_user_item))
+
+    async def _on_failure(self, event: B.BackendFailure) -> None:
+        await self.error(ProtocolError(event.code, event.message, error_type="server_error"))
+
+    async def _on_committed(self, event: B.InputCommitted | None = None) -> None:
         item_id = self._pending_user_item or self._ids("item")
         self._pending_user_item = None
         previous = self._items[-1].item_id if self._items else None
@@ -445,7 +429,10 @@ class RealtimeSession:
             return
         self._active = None
         item = active.item
-        item.transcript = event.text or "".join(active.text)
+        # A completed response keeps everything it said; a cut one exactly what was
+        # heard -- which may be nothing (never fall back to the unspoken text).
+        item.transcript = (event.text or "".join(active.text) if event.status == "completed"
+                           else event.text)
         item.status = "completed" if event.status == "completed" else "incomplete"
         self._metrics.responses.labels(status=event.status).inc()
         for out in closing_events(active, event, self._ids):
@@ -465,3 +452,17 @@ class RealtimeSession:
 
     async def _emit(self, event: Any) -> None:
         await self._send(event)
+
+
+_BACKEND_HANDLERS: dict[type, Callable[[RealtimeSession, Any], Awaitable[None]]] = {
+    B.ResponseAudio: RealtimeSession._on_audio,
+    B.ResponseText: RealtimeSession._on_text,
+    B.SpeechStarted: RealtimeSession._on_speech_started,
+    B.SpeechStopped: RealtimeSession._on_speech_stopped,
+    B.InputCommitted: RealtimeSession._on_committed,
+    B.UserTranscript: RealtimeSession._on_transcript,
+    B.ResponseStarted: RealtimeSession._on_response_started,
+    B.ResponseFinished: RealtimeSession._on_response_finished,
+    B.BackendFailure: RealtimeSession._on_failure,
+}
+"""Backend event type -> the server events it becomes."""

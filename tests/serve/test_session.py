@@ -339,3 +339,24 @@ def test_unsupported_events_are_refused_by_name() -> None:
                 assert event.type in err.message
 
     run(main())
+
+
+def test_a_response_cut_before_its_first_word_keeps_an_empty_transcript() -> None:
+    """Zero words heard: the item holds nothing, as the model's context does -- never the
+    unspoken reply."""
+    from assistant.serve.backend import contract as B
+
+    async def main() -> None:
+        h = Harness(FakeBackend(DEFAULTS))
+        await h.session.handle_backend(B.ResponseStarted(response_key=7))
+        await h.session.handle_backend(B.ResponseText(response_key=7, delta="All of this "))
+        await h.session.handle_backend(B.ResponseText(response_key=7, delta="was unspoken."))
+        await h.session.handle_backend(B.ResponseFinished(
+            response_key=7, status="cancelled", reason="turn_detected", text=""))
+        (done,) = await h.wait_for("response.done")
+        item_id = done.response.output[0].id
+        await h.client(C.ConversationItemRetrieve(item_id=item_id))
+        (retrieved,) = await h.wait_for("conversation.item.retrieved")
+        assert retrieved.item.content[0].transcript == ""
+
+    run(main())

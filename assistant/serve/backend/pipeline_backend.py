@@ -25,7 +25,6 @@ pipeline's public API:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
@@ -40,6 +39,7 @@ from assistant.serve.backend import contract as B
 from assistant.serve.backend.ledger import ResponseLedger
 from assistant.serve.backend.manual_turns import ManualTurns
 from assistant.serve.backend.network_io import NetworkSink, NetworkSource, RecordingSynthesizer
+from assistant.serve.backend.settings_map import dialogue_options, turn_options, vad_options
 from audio.clock import VirtualClock
 
 if TYPE_CHECKING:
@@ -51,19 +51,6 @@ if TYPE_CHECKING:
 __all__ = ["PipelineBackend"]
 
 log = logging.getLogger("assistant.serve")
-
-
-def _vad_options(base: Any, td: B.TurnDetectionSettings) -> Any:
-    """Realtime server-VAD knobs on top of the configured VAD."""
-    short = min(base.short_pause_ms, max(20, td.silence_duration_ms - 20))
-    return dataclasses.replace(
-        base,
-        aggressiveness=min(3, max(0, round(td.threshold * 4))),
-        silero_threshold=min(0.99, max(0.01, td.threshold)),
-        prefix_padding_ms=td.prefix_padding_ms,
-        end_of_turn_ms=max(td.silence_duration_ms, short),
-        short_pause_ms=short,
-    )
 
 
 class PipelineBackend:
@@ -125,18 +112,10 @@ class PipelineBackend:
             self._events.put_nowait(None)
 
     def _dialogue_options(self, settings: B.SessionSettings) -> DialogueOptions:
-        base = self._rt.dialogue_options
-        return dataclasses.replace(
-            base, system_prompt=settings.instructions,
-            max_new_tokens=settings.max_output_tokens or base.max_new_tokens,
-            temperature=base.temperature if settings.temperature is None
-            else settings.temperature)
+        return dialogue_options(self._rt.dialogue_options, settings)
 
     def _turn_options(self, settings: B.SessionSettings) -> TurnOptions:
-        td = settings.turn_detection or B.TurnDetectionSettings()
-        if td.interrupt_response:
-            return self._rt.turn_options
-        return dataclasses.replace(self._rt.turn_options, barge_in_min_ms=10**9)
+        return turn_options(self._rt.turn_options, settings)
 
     def _build(self, settings: B.SessionSettings) -> Pipeline:
         from assistant.dialogue.dialogue import Dialogue
@@ -152,7 +131,7 @@ class PipelineBackend:
             transcriber=rt.models.transcriber,
             synthesizer=self._recorder,
             turn_manager=TurnManager(self._turn_options(settings)),
-            listener=Listener(_vad_options(rt.vad_options, td), None),
+            listener=Listener(vad_options(rt.vad_options, td), None),
             clock=self._clock,
             sink=self._sink,
             asr_options=rt.asr_options,
@@ -218,7 +197,7 @@ class PipelineBackend:
         if pipeline is not None:
             vad = None
             if td is not None and td != old.turn_detection:
-                vad = _vad_options(self._rt.vad_options, td)
+                vad = vad_options(self._rt.vad_options, td)
             pipeline.update_settings(dialogue=self._dialogue_options(settings), vad=vad,
                                      turns=self._turn_options(settings))
 

@@ -11,10 +11,29 @@ of a truncate counts from the start of that item's audio.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import Field
+
+from assistant.serve.protocol.server_objects import (
+    AudioFormat,
+    ContentPart,
+    ErrorDetail,
+    InputTokenDetails,
+    Item,
+    OutputTokenDetails,
+    Response,
+    Session,
+    SessionAudio,
+    SessionAudioInput,
+    SessionAudioOutput,
+    StatusDetails,
+    TranscriptionConfig,
+    TranscriptionUsage,
+    TurnDetection,
+    Usage,
+)
 
 __all__ = [
     "ErrorDetail",
@@ -61,86 +80,12 @@ __all__ = [
     "SERVER_EVENT_TYPES",
 ]
 
-Modality = Literal["text", "audio"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class ErrorDetail:
-    type: str
-    """``invalid_request_error`` (the client's fault) or ``server_error``."""
-    code: str | None = None
-    """Machine-readable cause, e.g. ``invalid_json``, ``unknown_event``, ``session_limit``."""
-    message: str
-    param: str | None = None
-    """Dotted path of the offending field, when there is one."""
-    event_id: str | None = None
-    """The client event that caused the error, when it had an ``event_id``."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class Error:
     type: Literal["error"] = "error"
     event_id: str
     error: ErrorDetail
-
-
-@dataclass(frozen=True, kw_only=True)
-class AudioFormat:
-    type: Literal["audio/pcm"] = "audio/pcm"
-    rate: Literal[24000] = 24000
-
-
-@dataclass(frozen=True, kw_only=True)
-class TurnDetection:
-    type: Literal["server_vad"] = "server_vad"
-    threshold: float = 0.5
-    prefix_padding_ms: int = 300
-    silence_duration_ms: int = 500
-    create_response: bool = True
-    interrupt_response: bool = True
-    idle_timeout_ms: None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class TranscriptionConfig:
-    model: str
-    """The ASR model that transcribes the user's audio."""
-    language: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class SessionAudioInput:
-    format: AudioFormat = field(default_factory=AudioFormat)
-    transcription: TranscriptionConfig | None = None
-    turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
-    noise_reduction: None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class SessionAudioOutput:
-    format: AudioFormat = field(default_factory=AudioFormat)
-    voice: str
-    speed: float = 1.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class SessionAudio:
-    input: SessionAudioInput
-    output: SessionAudioOutput
-
-
-@dataclass(frozen=True, kw_only=True)
-class Session:
-    """The effective session configuration (GA shape)."""
-
-    type: Literal["realtime"] = "realtime"
-    object: Literal["realtime.session"] = "realtime.session"
-    id: str
-    model: str
-    output_modalities: tuple[Modality, ...] = ("audio",)
-    instructions: str
-    max_output_tokens: int | Literal["inf"] = "inf"
-    audio: SessionAudio
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,28 +136,6 @@ class InputAudioBufferCleared:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ContentPart:
-    """An item's content (``input_audio``, ``output_audio``...) or, in the
-    ``response.content_part.*`` events, a part of the response (``audio`` / ``text``)."""
-
-    type: Literal["input_audio", "input_text", "output_audio", "output_text", "audio", "text"]
-    transcript: str | None = None
-    """For audio parts; ``None`` while not yet known."""
-    text: str | None = None
-    """For text parts."""
-
-
-@dataclass(frozen=True, kw_only=True)
-class Item:
-    id: str
-    object: Literal["realtime.item"] = "realtime.item"
-    type: Literal["message"] = "message"
-    status: Literal["completed", "incomplete", "in_progress"] = "completed"
-    role: Literal["user", "assistant", "system"]
-    content: tuple[ContentPart, ...] = ()
-
-
-@dataclass(frozen=True, kw_only=True)
 class ConversationItemCreated:
     type: Literal["conversation.item.created"] = "conversation.item.created"
     event_id: str
@@ -248,13 +171,6 @@ class TranscriptionDelta:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TranscriptionUsage:
-    type: Literal["duration"] = "duration"
-    seconds: float
-    """Seconds of user audio transcribed."""
-
-
-@dataclass(frozen=True, kw_only=True)
 class TranscriptionCompleted:
     type: Literal["conversation.item.input_audio_transcription.completed"] = (
         "conversation.item.input_audio_transcription.completed"
@@ -264,51 +180,6 @@ class TranscriptionCompleted:
     content_index: int = 0
     transcript: str
     usage: TranscriptionUsage
-
-
-@dataclass(frozen=True, kw_only=True)
-class InputTokenDetails:
-    cached_tokens: int = 0
-    """Prompt tokens served from shared / reused KV pages (not computed)."""
-    text_tokens: int = 0
-    audio_tokens: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class OutputTokenDetails:
-    text_tokens: int = 0
-    audio_tokens: int = 0
-
-
-@dataclass(frozen=True, kw_only=True)
-class Usage:
-    total_tokens: int
-    input_tokens: int
-    output_tokens: int
-    input_token_details: InputTokenDetails = field(default_factory=InputTokenDetails)
-    output_token_details: OutputTokenDetails = field(default_factory=OutputTokenDetails)
-
-
-@dataclass(frozen=True, kw_only=True)
-class StatusDetails:
-    type: Literal["completed", "cancelled", "incomplete", "failed"]
-    reason: str | None = None
-    """``turn_detected``, ``client_cancelled``, ``max_output_tokens``, ``shutdown``..."""
-    error: ErrorDetail | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Response:
-    id: str
-    object: Literal["realtime.response"] = "realtime.response"
-    status: Literal["in_progress", "completed", "cancelled", "incomplete", "failed"]
-    status_details: StatusDetails | None = None
-    output: tuple[Item, ...] = ()
-    output_modalities: tuple[Modality, ...] = ("audio",)
-    conversation_id: str | None = None
-    max_output_tokens: int | Literal["inf"] = "inf"
-    metadata: dict[str, str] | None = None
-    usage: Usage | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
