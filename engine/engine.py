@@ -44,12 +44,18 @@ class Engine:
     @classmethod
     def load(cls, model_path: str | Path, *, gguf_file: str | None = None, device: str = "cpu",
              dtype: str = "float32", page_size: int = 16, num_pages: int = 1024,
-             max_batch: int = 8, prefill_chunk: int = 512) -> Engine:
-        """Load a local transformers model directory (see `engine.loader.load_runner`)."""
+             max_batch: int = 8, prefill_chunk: int = 512, weights: str | None = None,
+             cache_dir: Path | None = None) -> Engine:
+        """Load a local transformers model directory (see `engine.loader.load_runner`).
+
+        weights: None (dense in `dtype`, as before) or a format ``fp32`` / ``bf16`` /
+        ``int8`` / ``int4``, which also sets the compute dtype; cache_dir: where quantized
+        weights are cached (computed on every load when None)."""
         from engine.loader import load_runner
 
         runner, tokenizer = load_runner(model_path, gguf_file=gguf_file, device=device,
-                                        dtype=dtype, page_size=page_size, num_pages=num_pages)
+                                        dtype=dtype, page_size=page_size, num_pages=num_pages,
+                                        weights=weights, cache_dir=cache_dir)
         tok: Any = tokenizer
         return cls(runner, tok, max_batch=max_batch, prefill_chunk=prefill_chunk)
 

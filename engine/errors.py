@@ -5,6 +5,7 @@ from __future__ import annotations
 __all__ = [
     "CacheExhaustedError",
     "ChatTemplateError",
+    "ContextLimitError",
     "EngineError",
     "EngineInvariantError",
     "JobFailedError",
@@ -46,3 +47,7 @@ class JobFailedError(EngineError):
         super().__init__(f"job(s) {', '.join(map(str, job_ids))} failed: {cause}")
         self.job_ids = job_ids
         self.cause = cause
+
+
+class ContextLimitError(EngineError):
+    """A sequence would pass the model's maximum positions (``max_position_embeddings``)."""

@@ -30,6 +30,8 @@ class KVStorage:
         flat = (num_pages * page_size, num_kv_heads, head_dim)
         self._k_flat = [self.k[i].view(flat) for i in range(num_layers)]
         self._v_flat = [self.v[i].view(flat) for i in range(num_layers)]
+        self._k_pages = [self.k[i] for i in range(num_layers)]
+        self._v_pages = [self.v[i] for i in range(num_layers)]
 
     @property
     def num_slots(self) -> int:
@@ -38,6 +40,10 @@ class KVStorage:
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Flat ``[slots, kv_heads, head_dim]`` views (K, V) of one layer; writes go through."""
         return self._k_flat[index], self._v_flat[index]
+
+    def layer_pages(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[pages, page_size, kv_heads, head_dim]`` views (K, V) of one layer."""
+        return self._k_pages[index], self._v_pages[index]
 
     def copy_slots(self, src_page: int, dst_page: int, n_tokens: int) -> None:
         """Copy K/V of slots [0, n_tokens) from src_page to dst_page, all layers."""

@@ -7,7 +7,7 @@ transformers model is dropped. Local paths only: nothing is fetched from a hub.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from engine.paged_runner import PagedRunner
+    from engine.quantize import QuantizedTensors
 
 __all__ = ["eos_token_ids_for", "load_runner", "resolve_dtype", "runner_from_hf_model"]
 
@@ -26,19 +27,28 @@ _END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>")
 
 
 def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device: str = "cpu",
-                dtype: str = "float32", page_size: int = 16, num_pages: int = 1024
+                dtype: str = "float32", page_size: int = 16, num_pages: int = 1024,
+                weights: str | None = None, cache_dir: Path | None = None
                 ) -> tuple[PagedRunner, PreTrainedTokenizerBase]:
-    """Load weights and tokenizer from `model_path` (a directory) and build the runner."""
+    """Load weights and tokenizer from `model_path` (a directory) and build the runner.
+
+    weights: None keeps dense weights in `dtype`; ``fp32`` / ``bf16`` / ``int8`` / ``int4``
+    pick a weight format (see `engine.quantize`), which also sets the compute dtype
+    (float32 for fp32, else bfloat16; `dtype` is then ignored). Quantized weights are
+    cached in `cache_dir` when given (see `engine.weight_cache`)."""
     import transformers
 
     from engine.model_config import ModelConfig
+    from engine.quantize import compute_dtype_for, resolve_weight_format
 
     path = Path(model_path)
     if not path.is_dir():
         raise EngineError(f"model directory not found: {path}")
     if gguf_file is not None and not (path / gguf_file).is_file():
         raise EngineError(f"GGUF file not found: {path / gguf_file}")
-    torch_dtype = resolve_dtype(dtype)
+    fmt = None if weights is None else resolve_weight_format(weights)
+    torch_dtype = resolve_dtype(dtype) if fmt is None else compute_dtype_for(fmt)
+    load_dtype = resolve_dtype("float32") if fmt in ("int8", "int4") else torch_dtype
     extra: dict[str, Any] = {"local_files_only": True}
     if gguf_file is not None:
         extra["gguf_file"] = gguf_file
@@ -46,36 +56,55 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
         hf_config = transformers.AutoConfig.from_pretrained(str(path), **extra)
     except (OSError, ValueError) as exc:
         raise EngineError(f"cannot read a model config from {path}: {exc}") from exc
-    ModelConfig.from_hf(hf_config)  # fail on unsupported architectures before loading
+    config = ModelConfig.from_hf(hf_config)  # fail on unsupported architectures early
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), **extra)
         hf_model = transformers.AutoModelForCausalLM.from_pretrained(
-            str(path), **extra, **_dtype_kwarg(transformers.__version__, torch_dtype))
+            str(path), **extra, **_dtype_kwarg(transformers.__version__, load_dtype))
     except (OSError, ValueError) as exc:
         raise EngineError(f"cannot load the model in {path}: {exc}") from exc
+    quantized = None
+    if fmt in ("int8", "int4") and cache_dir is not None:
+        from engine.model import fused_linears
+        from engine.quantize import quantize_linear
+        from engine.weight_cache import load_or_quantize
+
+        state = hf_model.state_dict()
+        quantized = load_or_quantize(
+            Path(cache_dir), path, fmt,
+            lambda: ((name, quantize_linear(weight, fmt) or {})
+                     for name, weight, _ in fused_linears(config, state)))
     eos = eos_token_ids_for(hf_model, tokenizer)
     runner = runner_from_hf_model(hf_model, device=device, dtype=torch_dtype,
-                                  page_size=page_size, num_pages=num_pages, eos_token_ids=eos)
+                                  page_size=page_size, num_pages=num_pages, eos_token_ids=eos,
+                                  weights=fmt, quantized=quantized)
     del hf_model  # our copies (or shared storage) live on in the runner
     return runner, tokenizer
 
 
 def runner_from_hf_model(hf_model: Any, *, device: str = "cpu",
                          dtype: str | torch.dtype = "float32", page_size: int = 16,
-                         num_pages: int = 1024, eos_token_ids: Sequence[int] | None = None
+                         num_pages: int = 1024, eos_token_ids: Sequence[int] | None = None,
+                         weights: str | None = None,
+                         quantized: Mapping[str, QuantizedTensors] | None = None
                          ) -> PagedRunner:
-    """A runner using the weights of a loaded transformers ``*ForCausalLM``."""
+    """A runner using the weights of a loaded transformers ``*ForCausalLM``. `weights` as
+    in `load_runner` (a format also sets the compute dtype); `quantized`: ready tensors by
+    linear name (from `engine.weight_cache`), else int8/int4 quantize here."""
     from engine.model import weights_from_state_dict
     from engine.model_config import ModelConfig
     from engine.paged_runner import PagedRunner
+    from engine.quantize import compute_dtype_for, resolve_weight_format
 
     config = ModelConfig.from_hf(hf_model.config)
-    torch_dtype = resolve_dtype(dtype)
-    weights = weights_from_state_dict(config, hf_model.state_dict(), device=device,
-                                      dtype=torch_dtype)
+    fmt = None if weights is None else resolve_weight_format(weights)
+    torch_dtype = resolve_dtype(dtype) if fmt is None else compute_dtype_for(fmt)
+    state = {name: tensor for name, tensor in hf_model.state_dict().items()}
+    built = weights_from_state_dict(config, state, device=device, dtype=torch_dtype, fmt=fmt,
+                                    quantized=quantized)
     if eos_token_ids is None:
         eos_token_ids = eos_token_ids_for(hf_model, None)
-    return PagedRunner(config, weights, page_size=page_size, num_pages=num_pages,
+    return PagedRunner(config, built, page_size=page_size, num_pages=num_pages,
                        eos_token_ids=eos_token_ids, device=device, dtype=torch_dtype)
 
 

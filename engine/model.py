@@ -8,15 +8,16 @@ so fp32 logits match it to float rounding.
 
 Paging (after vLLM's paged attention, done here with a gather): every new token's K/V is
 written to its flat slot ``page * page_size + offset`` of the layer's storage; attention
-then gathers the slots of positions [0, S) of each sequence into a dense ``[B, S]`` block,
-with a boolean mask for causality, padding and sliding windows.
+then gathers the whole pages holding positions [0, S) of each sequence into a dense
+``[B, S]`` block (one page-row copy per page), with a boolean mask for causality, padding
+and sliding windows. Projections are `engine.quantize.Linear`s in any weight format.
 GQA without repeating K/V: the ``groups`` query heads that share a K/V head are folded into
 the query-length axis, so SDPA sees ``[B, kv_heads, groups * T, head_dim]`` queries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -25,43 +26,24 @@ import torch.nn.functional as F
 from engine.errors import UnsupportedModelError
 from engine.kv_storage import KVStorage
 from engine.model_config import ModelConfig
+from engine.quantize import (
+    DenseLinear,
+    Linear,
+    QuantizedTensors,
+    WeightFormat,
+    linear_from_quantized,
+    quantize_linear,
+)
 
 __all__ = [
     "LayerWeights",
-    "Linear",
     "ModelWeights",
     "decode_one_token",
+    "fused_linears",
     "prefill",
     "rope_inv_freq",
     "weights_from_state_dict",
 ]
-
-
-@dataclass(frozen=True)
-class Linear:
-    """A projection ``y = x W^T + b`` with its weight in the faster layout for the device."""
-
-    weight: torch.Tensor
-    """``[out, in]``, or ``[in, out]`` when `input_major`."""
-    bias: torch.Tensor | None
-    input_major: bool
-
-    @classmethod
-    def build(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> Linear:
-        """On CPU, a one-token matmul against a wide ``[in, out]`` weight streams memory
-        faster than the ``[out, in]`` dot-product form (measured ~1.3-2x for out >= in with
-        torch's CPU BLAS; the reverse for tall weights), so wide weights are stored
-        transposed there. Other devices keep transformers' layout."""
-        out_features, in_features = weight.shape
-        if weight.device.type == "cpu" and out_features >= in_features:
-            return cls(weight.t().contiguous(), bias, input_major=True)
-        return cls(weight.contiguous(), bias, input_major=False)
-
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        if not self.input_major:
-            return F.linear(x, self.weight, self.bias)
-        y = torch.matmul(x, self.weight)
-        return y if self.bias is None else y + self.bias
 
 
 @dataclass(frozen=True)
@@ -87,52 +69,90 @@ class ModelWeights:
     """float32 ``[head_dim // 2]`` RoPE inverse frequencies (scaling already applied)."""
 
 
-def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor], *,
-                            device: torch.device | str, dtype: torch.dtype) -> ModelWeights:
-    """Take the weights of a transformers ``*ForCausalLM`` state dict (fused copies)."""
+def fused_linears(cfg: ModelConfig, state: Mapping[str, torch.Tensor]
+                  ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor | None]]:
+    """(name, ``[out, in]`` weight, bias) of every projection in the fused layout, in the
+    checkpoint's precision: ``layers.{i}.qkv|o|gate_up|down`` and ``lm_head``."""
 
     def get(name: str) -> torch.Tensor:
         if name not in state:
             raise UnsupportedModelError(
                 f"model_type {cfg.model_type!r}: weight {name!r} missing from the checkpoint"
             )
-        return state[name].detach().to(device=device, dtype=dtype)
+        return state[name].detach()
 
-    def maybe(name: str, present: bool) -> torch.Tensor | None:
-        return get(name) if present else None
+    def cat(names: list[str], present: bool = True) -> torch.Tensor | None:
+        return torch.cat([get(n) for n in names], dim=0) if present else None
 
-    def cat(names: list[str]) -> torch.Tensor:
-        return torch.cat([get(n) for n in names], dim=0)
+    def bias_of(names: list[str], present: bool) -> torch.Tensor | None:
+        return cat([n.replace(".weight", ".bias") for n in names], present)
 
-    def cat_bias(weight_names: list[str], present: bool) -> torch.Tensor | None:
-        return cat([n.replace(".weight", ".bias") for n in weight_names]) if present else None
-
-    layers = []
     for i in range(cfg.num_layers):
         p = f"model.layers.{i}."
         qkv = [p + f"self_attn.{x}_proj.weight" for x in "qkv"]
+        o = [p + "self_attn.o_proj.weight"]
         gate_up = [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]
-        layers.append(LayerWeights(
-            attn_norm=get(p + "input_layernorm.weight"),
-            qkv=Linear.build(cat(qkv), cat_bias(qkv, cfg.qkv_bias)),
-            o=Linear.build(get(p + "self_attn.o_proj.weight"),
-                           maybe(p + "self_attn.o_proj.bias", cfg.o_bias)),
-            mlp_norm=get(p + "post_attention_layernorm.weight"),
-            gate_up=Linear.build(cat(gate_up), cat_bias(gate_up, cfg.mlp_bias)),
-            down=Linear.build(get(p + "mlp.down_proj.weight"),
-                              maybe(p + "mlp.down_proj.bias", cfg.mlp_bias)),
-        ))
-    embed = get("model.embed_tokens.weight")
+        down = [p + "mlp.down_proj.weight"]
+        for name, names, bias in ((f"layers.{i}.qkv", qkv, cfg.qkv_bias),
+                                  (f"layers.{i}.o", o, cfg.o_bias),
+                                  (f"layers.{i}.gate_up", gate_up, cfg.mlp_bias),
+                                  (f"layers.{i}.down", down, cfg.mlp_bias)):
+            weight = cat(names)
+            assert weight is not None
+            yield name, weight, bias_of(names, bias)
     tied = cfg.tie_word_embeddings or "lm_head.weight" not in state
-    lm_head = Linear.build(embed if tied else get("lm_head.weight"), None)
-    if tied and lm_head.input_major:
-        embed = lm_head.weight.t()  # one copy of the matrix serves both
+    yield "lm_head", get("model.embed_tokens.weight" if tied else "lm_head.weight"), None
+
+
+def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor], *,
+                            device: torch.device | str, dtype: torch.dtype,
+                            fmt: WeightFormat | None = None,
+                            quantized: Mapping[str, QuantizedTensors] | None = None
+                            ) -> ModelWeights:
+    """Take the weights of a transformers ``*ForCausalLM`` state dict (fused copies).
+
+    `dtype` is the compute (activation and K/V) dtype. `fmt` ``int8``/``int4`` quantizes
+    the projections (norms and the embedding table stay in `dtype`), using the ready
+    `quantized` tensors by `fused_linears` name where given (see `engine.weight_cache`);
+    otherwise the projections are dense in `dtype`."""
+    dev = torch.device(device)
+
+    def get(name: str) -> torch.Tensor:
+        if name not in state:
+            raise UnsupportedModelError(
+                f"model_type {cfg.model_type!r}: weight {name!r} missing from the checkpoint"
+            )
+        return state[name].detach().to(device=dev, dtype=dtype)
+
+    linears: dict[str, Linear] = {}
+    for name, weight, bias in fused_linears(cfg, state):
+        if fmt in ("int8", "int4"):
+            tensors = (quantized or {}).get(name) or quantize_linear(weight, fmt)
+            assert tensors is not None
+            linears[name] = linear_from_quantized(tensors, bias, device=dev, dtype=dtype)
+        else:
+            linears[name] = DenseLinear.build(
+                weight.to(device=dev, dtype=dtype),
+                None if bias is None else bias.to(device=dev, dtype=dtype))
+    layers = tuple(LayerWeights(
+        attn_norm=get(f"model.layers.{i}.input_layernorm.weight"),
+        qkv=linears[f"layers.{i}.qkv"],
+        o=linears[f"layers.{i}.o"],
+        mlp_norm=get(f"model.layers.{i}.post_attention_layernorm.weight"),
+        gate_up=linears[f"layers.{i}.gate_up"],
+        down=linears[f"layers.{i}.down"],
+    ) for i in range(cfg.num_layers))
+    lm_head = linears["lm_head"]
+    tied = cfg.tie_word_embeddings or "lm_head.weight" not in state
+    embed: torch.Tensor | None = None
+    if tied and isinstance(lm_head, DenseLinear):  # one copy of the matrix serves both
+        embed = lm_head.weight.t() if lm_head.input_major else lm_head.weight
     return ModelWeights(
-        embed=embed,
-        layers=tuple(layers),
+        embed=get("model.embed_tokens.weight") if embed is None else embed,
+        layers=layers,
         norm=get("model.norm.weight"),
         lm_head=lm_head,
-        inv_freq=rope_inv_freq(cfg).to(device),
+        inv_freq=rope_inv_freq(cfg).to(dev),
     )
 
 
@@ -161,77 +181,85 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
 
 
 def prefill(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.Tensor,
-            positions: torch.Tensor, write_slots: torch.Tensor, read_slots: torch.Tensor,
-            mask: torch.Tensor | None, *, all_logits: bool = False) -> torch.Tensor:
+            positions: torch.Tensor, write_slots: torch.Tensor, read_pages: torch.Tensor,
+            span: int, mask: torch.Tensor | None, *, all_logits: bool = False
+            ) -> torch.Tensor:
     """One sequence, T new tokens.
 
-    token_ids, positions, write_slots: ``[T]``; read_slots: ``[S]`` flat slots of positions
-    0 .. S-1 (S = last position + 1, the new tokens' slots included); mask: bool ``[T, S]``,
-    True where query t may attend key s, or None for "all". Returns logits ``[T, vocab]``
-    if all_logits else ``[1, vocab]``, in the compute dtype.
+    token_ids, positions, write_slots: ``[T]``; read_pages: ``[P]`` page ids holding
+    positions 0 .. span-1 (span = last position + 1, the new tokens included); mask: bool
+    ``[T, span]``, True where query t may attend key s, or None for "all". Returns logits
+    ``[T, vocab]`` if all_logits else ``[1, vocab]``, in the compute dtype.
     """
     hidden = _forward(cfg, w, kv, token_ids[None], positions[None], write_slots,
-                      read_slots[None], None if mask is None else mask[None, None])
+                      read_pages[None], span, None if mask is None else mask[None, None])
     hidden = hidden[0] if all_logits else hidden[0, -1:]
     return _logits(cfg, w, hidden)
 
 
 def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
                      token_ids: torch.Tensor, positions: torch.Tensor,
-                     write_slots: torch.Tensor, read_slots: torch.Tensor,
+                     write_slots: torch.Tensor, read_pages: torch.Tensor, span: int,
                      mask: torch.Tensor | None) -> torch.Tensor:
     """B sequences, one new token each, one batched forward.
 
-    token_ids, positions, write_slots: ``[B]``; read_slots: ``[B, S]`` flat slots of
-    positions 0 .. S-1 of each sequence (padded rows point at any finite slot); mask: bool
-    ``[B, S]`` (True = attend), or None when every row attends to all S. Returns logits
-    ``[B, vocab]`` in the compute dtype.
+    token_ids, positions, write_slots: ``[B]``; read_pages: ``[B, P]`` page ids holding
+    positions 0 .. span-1 of each sequence (rows padded with any valid page); mask: bool
+    ``[B, span]`` (True = attend), or None when every row attends to all span positions.
+    Returns logits ``[B, vocab]`` in the compute dtype.
     """
     hidden = _forward(cfg, w, kv, token_ids[:, None], positions[:, None], write_slots,
-                      read_slots, None if mask is None else mask[:, None, None, :])
+                      read_pages, span, None if mask is None else mask[:, None, None, :])
     return _logits(cfg, w, hidden[:, 0])
 
 
 def _forward(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.Tensor,
-             positions: torch.Tensor, write_slots: torch.Tensor, read_slots: torch.Tensor,
-             mask: torch.Tensor | None) -> torch.Tensor:
-    """token_ids/positions ``[B, T]``, write_slots ``[B*T]``, read_slots ``[B, S]``,
-    mask ``[B, 1, T, S]`` or None. Returns final hidden states ``[B, T, hidden]``."""
+             positions: torch.Tensor, write_slots: torch.Tensor, read_pages: torch.Tensor,
+             span: int, mask: torch.Tensor | None) -> torch.Tensor:
+    """token_ids/positions ``[B, T]``, write_slots ``[B*T]``, read_pages ``[B, P]``,
+    mask ``[B, 1, T, span]`` or None. Returns final hidden states ``[B, T, hidden]``."""
     length = token_ids.shape[1]
     x = F.embedding(token_ids, w.embed)
     cos, sin = _rope_tables(w.inv_freq, positions, x.dtype)
     if mask is not None and length > 1 and cfg.kv_groups > 1:
         # Query rows are (group, t) after folding the groups into the length axis.
         mask = mask.repeat(1, 1, cfg.kv_groups, 1)
-    flat_read = read_slots.reshape(-1)
+    flat_pages = read_pages.reshape(-1)
+    eps = cfg.rms_norm_eps
     for index, layer in enumerate(w.layers):
-        k_store, v_store = kv.layer(index)
-        h = _rms_norm(x, layer.attn_norm, cfg.rms_norm_eps)
-        x = x + _attention(cfg, layer, h, cos, sin, k_store, v_store, write_slots,
-                           flat_read, read_slots.shape[1], mask)
-        h = _rms_norm(x, layer.mlp_norm, cfg.rms_norm_eps)
+        h = _rms_norm(x, layer.attn_norm, eps)
+        x = x + _attention(cfg, layer, h, cos, sin, kv, index, write_slots, flat_pages,
+                           span, mask)
+        h = _rms_norm(x, layer.mlp_norm, eps)
         x = x + _mlp(layer, h)
     return x
 
 
 def _attention(cfg: ModelConfig, layer: LayerWeights, h: torch.Tensor, cos: torch.Tensor,
-               sin: torch.Tensor, k_store: torch.Tensor, v_store: torch.Tensor,
-               write_slots: torch.Tensor, flat_read: torch.Tensor, span: int,
-               mask: torch.Tensor | None) -> torch.Tensor:
+               sin: torch.Tensor, kv: KVStorage, index: int, write_slots: torch.Tensor,
+               flat_pages: torch.Tensor, span: int, mask: torch.Tensor | None
+               ) -> torch.Tensor:
     batch, length, _ = h.shape
     heads, kv_heads, dim, groups = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.kv_groups
-    qkv = layer.qkv(h)
-    q, k, v = qkv.split([heads * dim, kv_heads * dim, kv_heads * dim], dim=-1)
-    q = _apply_rope(q.view(batch, length, heads, dim), cos, sin)
-    k = _apply_rope(k.view(batch, length, kv_heads, dim), cos, sin)
-    k_store.index_copy_(0, write_slots, k.reshape(batch * length, kv_heads, dim))
-    v_store.index_copy_(0, write_slots, v.reshape(batch * length, kv_heads, dim))
-    keys = k_store.index_select(0, flat_read).view(batch, span, kv_heads, dim).transpose(1, 2)
-    values = v_store.index_select(0, flat_read).view(batch, span, kv_heads, dim).transpose(1, 2)
+    qkv = layer.qkv(h).view(batch, length, heads + 2 * kv_heads, dim)
+    qk = _apply_rope(qkv[:, :, :heads + kv_heads], cos, sin)  # Q and K heads in one pass
+    k_store, v_store = kv.layer(index)
+    k_store.index_copy_(0, write_slots, qk[:, :, heads:].reshape(-1, kv_heads, dim))
+    v_store.index_copy_(0, write_slots, qkv[:, :, heads + kv_heads:].reshape(-1, kv_heads, dim))
+    # Whole pages are gathered (page-sized rows copy faster than slot-sized ones); keys
+    # past `span` in the last page are sliced off.
+    k_pages, v_pages = kv.layer_pages(index)
+    keys = k_pages.index_select(0, flat_pages).view(batch, -1, kv_heads, dim)[:, :span]
+    values = v_pages.index_select(0, flat_pages).view(batch, -1, kv_heads, dim)[:, :span]
     # [B, T, H, D] -> [B, KV, groups * T, D]: query head h uses K/V head h // groups.
-    q = q.transpose(1, 2).reshape(batch, kv_heads, groups * length, dim)
-    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=mask, scale=dim ** -0.5)
-    out = out.reshape(batch, heads, length, dim).transpose(1, 2).reshape(batch, length, heads * dim)
+    q = qk[:, :, :heads].transpose(1, 2).reshape(batch, kv_heads, groups * length, dim)
+    out = F.scaled_dot_product_attention(q, keys.transpose(1, 2), values.transpose(1, 2),
+                                         attn_mask=mask, scale=dim ** -0.5)
+    if length == 1:
+        out = out.reshape(batch, 1, heads * dim)
+    else:
+        out = out.view(batch, heads, length, dim).transpose(1, 2).reshape(
+            batch, length, heads * dim)
     return layer.o(out)
 
 
@@ -245,20 +273,26 @@ def _logits(cfg: ModelConfig, w: ModelWeights, hidden: torch.Tensor) -> torch.Te
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    x32 = x.float()
-    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * x32.to(x.dtype)
+    """transformers' RMSNorm (float32 statistics). float32 uses torch's fused kernel; lower
+    precisions normalise in float32 and round before the weight, as transformers does."""
+    if x.dtype == torch.float32:
+        return F.rms_norm(x, weight.shape, weight, eps)
+    return weight * F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype)
 
 
 def _rope_tables(inv_freq: torch.Tensor, positions: torch.Tensor,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin ``[B, T, 1, head_dim]`` computed in float32, then cast."""
+    """cos and signed sin ``[B, T, 1, head_dim]`` computed in float32, then cast. The sign
+    of the first half of sin stands for rotate_half's negation (see `_apply_rope`)."""
     freqs = positions[..., None].float() * inv_freq
-    angles = torch.cat((freqs, freqs), dim=-1)[:, :, None, :]
-    return angles.cos().to(dtype), angles.sin().to(dtype)
+    cos, sin = freqs.cos(), freqs.sin()
+    cos = torch.cat((cos, cos), dim=-1)[:, :, None, :]
+    sin = torch.cat((-sin, sin), dim=-1)[:, :, None, :]
+    return cos.to(dtype), sin.to(dtype)
 
 
 def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """``x * cos + rotate_half(x) * sin`` with rotate_half's sign folded into `sin`."""
     half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+    swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)
+    return torch.addcmul(x * cos, swapped, sin)

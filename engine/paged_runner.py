@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 
 from engine import model
-from engine.errors import EngineError
+from engine.errors import ContextLimitError, EngineError
 from engine.kv_storage import KVStorage
 from engine.model_config import ModelConfig
 from engine.runner import DecodeItem
@@ -39,6 +39,11 @@ class PagedRunner:
                             page_size=page_size, num_kv_heads=config.num_kv_heads,
                             head_dim=config.head_dim, dtype=dtype, device=self.device)
 
+    @property
+    def max_positions(self) -> int:
+        """The model's maximum positions (``max_position_embeddings``)."""
+        return self.config.max_position_embeddings
+
     @torch.inference_mode()
     def prefill(self, page_table: Sequence[int], start: int, token_ids: Sequence[int],
                 all_logits: bool = False) -> torch.Tensor:
@@ -48,22 +53,25 @@ class PagedRunner:
             raise EngineError(f"prefill needs start >= 0 and tokens, got start={start}, "
                               f"{count} tokens")
         end = start + count
-        pages = self._page_tensor([page_table], [end])
-        read = self._slots(pages, end)[0]
+        self._check_positions(end)
+        pages = self._page_rows([page_table], [end])
+        size = self.page_size
+        write = [pages[0][p // size] * size + p % size for p in range(start, end)]
         positions = torch.arange(start, end)
         keys = torch.arange(end)
-        causal = keys[None, :] <= positions[:, None]
         window = self.config.sliding_window
-        mask: torch.Tensor | None = causal
+        mask: torch.Tensor | None = None
         if window is not None:
-            mask = causal & (keys[None, :] > positions[:, None] - window)
-        elif count == 1:
-            mask = None  # a single query at the last position sees everything
+            mask = (keys[None, :] <= positions[:, None]) & (
+                keys[None, :] > positions[:, None] - window)
+        elif count > 1:
+            mask = keys[None, :] <= positions[:, None]
+        # else: a single query at the last position sees everything
         dev = self.device
         logits = model.prefill(
             self.config, self.weights, self.kv, self._ids(token_ids), positions.to(dev),
-            read[start:].to(dev), read.to(dev), None if mask is None else mask.to(dev),
-            all_logits=all_logits)
+            self._long(write), self._long(pages[0]), end,
+            None if mask is None else mask.to(dev), all_logits=all_logits)
         return logits.to(device="cpu", dtype=torch.float32)
 
     @torch.inference_mode()
@@ -75,24 +83,25 @@ class PagedRunner:
         if min(pos_list) < 0:
             raise EngineError(f"decode positions must be >= 0, got {pos_list}")
         span = max(pos_list) + 1
-        pages = self._page_tensor([item.page_table for item in items],
-                                  [p + 1 for p in pos_list])
-        read = self._slots(pages, span)
-        positions = torch.tensor(pos_list)
-        keys = torch.arange(span)
-        mask = keys[None, :] <= positions[:, None]
+        self._check_positions(span)
+        pages = self._page_rows([item.page_table for item in items],
+                                [p + 1 for p in pos_list])
+        size = self.page_size
+        write = [row[p // size] * size + p % size for row, p in zip(pages, pos_list, strict=True)]
         window = self.config.sliding_window
-        if window is not None:
-            mask &= keys[None, :] > positions[:, None] - window
-        # Padding points at the row's own position-0 slot, so gathered values stay finite.
-        read = torch.where(mask, read, read[:, :1])
-        write = read.gather(1, positions[:, None])[:, 0]
         uniform = min(pos_list) == span - 1 and (window is None or span <= window)
+        mask: torch.Tensor | None = None
+        if not uniform:
+            positions = torch.tensor(pos_list)
+            keys = torch.arange(span)
+            mask = keys[None, :] <= positions[:, None]
+            if window is not None:
+                mask &= keys[None, :] > positions[:, None] - window
         dev = self.device
         logits = model.decode_one_token(
             self.config, self.weights, self.kv, self._ids([item.token_id for item in items]),
-            positions.to(dev), write.to(dev), read.to(dev),
-            None if uniform else mask.to(dev))
+            self._long(pos_list), self._long(write), self._long(pages), span,
+            None if mask is None else mask.to(dev))
         return logits.to(device="cpu", dtype=torch.float32)
 
     def copy_slots(self, src_page: int, dst_page: int, n_tokens: int) -> None:
@@ -106,10 +115,19 @@ class PagedRunner:
             raise EngineError(f"token id out of range [0, {self.vocab_size})")
         return ids.to(self.device)
 
-    def _page_tensor(self, tables: Sequence[Sequence[int]], lengths: Sequence[int]
-                     ) -> torch.Tensor:
-        """``[B, max_pages]`` long: the pages holding positions [0, length) of each row,
-        rows padded with their first page."""
+    def _long(self, values: Sequence[int] | Sequence[Sequence[int]]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long).to(self.device)
+
+    def _check_positions(self, end: int) -> None:
+        if end > self.max_positions:
+            raise ContextLimitError(
+                f"position {end - 1} is past the model's maximum of {self.max_positions} "
+                "positions (max_position_embeddings)")
+
+    def _page_rows(self, tables: Sequence[Sequence[int]], lengths: Sequence[int]
+                   ) -> list[list[int]]:
+        """The pages holding positions [0, length) of each row, rows padded with their
+        first page to a common width."""
         size = self.page_size
         needed = [(n + size - 1) // size for n in lengths]
         width = max(needed)
@@ -122,9 +140,4 @@ class PagedRunner:
             if min(row) < 0 or max(row) >= self.num_pages:
                 raise EngineError(f"page id out of range [0, {self.num_pages}): {row}")
             rows.append(row + [row[0]] * (width - n))
-        return torch.tensor(rows, dtype=torch.long)
-
-    def _slots(self, pages: torch.Tensor, span: int) -> torch.Tensor:
-        """``[B, span]`` flat slots of positions 0 .. span-1 for each row's pages."""
-        positions = torch.arange(span)
-        return pages[:, positions // self.page_size] * self.page_size + positions % self.page_size
+        return rows

@@ -1,0 +1,231 @@
+"""Weight formats for the model's linear layers: dense fp32 / bf16, weight-only int8 and int4.
+
+Every format is a small callable `Linear` built from a full-precision ``[out, in]`` weight.
+The quantized ones use kernels that ship with torch (no C++ of ours):
+
+- ``int8``: per-output-channel symmetric int8 weights, ``aten._weight_int8pack_mm`` on CPU
+  (fast with bfloat16 activations; ~10x slower with float32 ones, so quantized formats
+  compute in bfloat16). Other devices dequantise in ``F.linear`` (gpt-fast's form).
+- ``int4``: group-wise asymmetric 4-bit weights (``q * scale + min`` per group of
+  `INT4_GROUP` inputs, the layout of llama.cpp's Q4_1), ``aten._weight_int4pack_mm_for_cpu``
+  on CPU and the tinygemm ``aten._weight_int4pack_mm`` on CUDA.
+
+Quantization is split from packing: `quantize_linear` returns device-independent tensors
+(int8 values, or int4 nibbles two per byte, plus scales) that `engine.weight_cache` stores;
+`Linear`s are built from those on the target device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from engine.errors import EngineError
+
+__all__ = [
+    "INT4_GROUP",
+    "WEIGHT_FORMATS",
+    "DenseLinear",
+    "Int4Linear",
+    "Int8Linear",
+    "Linear",
+    "QuantizedTensors",
+    "WeightFormat",
+    "compute_dtype_for",
+    "linear_from_quantized",
+    "quantize_linear",
+    "resolve_weight_format",
+]
+
+WeightFormat = Literal["fp32", "bf16", "int8", "int4"]
+WEIGHT_FORMATS: tuple[WeightFormat, ...] = ("fp32", "bf16", "int8", "int4")
+INT4_GROUP = 32
+"""Inputs per int4 scale/min group (llama.cpp's Q4 block size)."""
+
+_ALIASES: dict[str, WeightFormat] = {
+    "fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
+    "int8": "int8", "int4": "int4",
+}
+
+
+def resolve_weight_format(name: str) -> WeightFormat:
+    """``fp32``/``float32``, ``bf16``/``bfloat16``, ``int8``, ``int4``."""
+    try:
+        return _ALIASES[name.lower()]
+    except KeyError:
+        raise EngineError(f"unknown weight format {name!r} "
+                          f"(use one of {', '.join(WEIGHT_FORMATS)})") from None
+
+
+def compute_dtype_for(fmt: WeightFormat) -> torch.dtype:
+    """Activation and KV dtype of a format: the quantized kernels' fast path is bfloat16."""
+    return torch.float32 if fmt == "fp32" else torch.bfloat16
+
+
+class Linear:
+    """``y = x W^T + b``; subclasses hold the weight in one format."""
+
+    in_features: int
+    out_features: int
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def nbytes(self) -> int:
+        """Bytes a forward reads for the weight (scales included)."""
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=False)
+class DenseLinear(Linear):
+    """A plain float weight in the faster layout for the device and dtype."""
+
+    weight: torch.Tensor
+    """``[out, in]``, or ``[in, out]`` when `input_major`."""
+    bias: torch.Tensor | None
+    input_major: bool
+
+    @classmethod
+    def build(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> DenseLinear:
+        """On CPU in float32, a one-token matmul against a wide ``[in, out]`` weight streams
+        memory faster than the ``[out, in]`` dot-product form (measured ~1.3-2x for
+        out >= in), so wide fp32 weights are stored transposed there. bfloat16 must keep
+        ``[out, in]``: its ``[in, out]`` CPU matmul is >10x slower (3 tok/s decode)."""
+        out_features, in_features = weight.shape
+        if (weight.device.type == "cpu" and weight.dtype == torch.float32
+                and out_features >= in_features):
+            return cls(weight.t().contiguous(), bias, input_major=True)
+        return cls(weight.contiguous(), bias, input_major=False)
+
+    @property
+    def in_features(self) -> int:  # type: ignore[override]
+        return int(self.weight.shape[0 if self.input_major else 1])
+
+    @property
+    def out_features(self) -> int:  # type: ignore[override]
+        return int(self.weight.shape[1 if self.input_major else 0])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.input_major:
+            return F.linear(x, self.weight, self.bias)
+        y = torch.matmul(x, self.weight)
+        return y if self.bias is None else y + self.bias
+
+    def nbytes(self) -> int:
+        return self.weight.numel() * self.weight.element_size()
+
+
+@dataclass(frozen=True, eq=False)
+class Int8Linear(Linear):
+    weight: torch.Tensor
+    """int8 ``[out, in]``."""
+    scales: torch.Tensor
+    """``[out]`` in the activation dtype: w = q * scale."""
+    bias: torch.Tensor | None
+
+    @property
+    def in_features(self) -> int:  # type: ignore[override]
+        return int(self.weight.shape[1])
+
+    @property
+    def out_features(self) -> int:  # type: ignore[override]
+        return int(self.weight.shape[0])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        if x.device.type == "cpu":
+            y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, shape[-1]), self.weight,
+                                                   self.scales).view(*shape[:-1], -1)
+        else:
+            y = F.linear(x, self.weight.to(x.dtype)) * self.scales
+        return y if self.bias is None else y + self.bias
+
+    def nbytes(self) -> int:
+        return self.weight.numel() + self.scales.numel() * self.scales.element_size()
+
+
+@dataclass(frozen=True, eq=False)
+class Int4Linear(Linear):
+    packed: torch.Tensor
+    """The device kernel's packed layout (opaque)."""
+    scales_and_zeros: torch.Tensor
+    """``[in / group, out, 2]`` in the activation dtype: w = (q - 8) * scale + zero."""
+    group: int
+    in_features: int  # type: ignore[misc]
+    out_features: int  # type: ignore[misc]
+    bias: torch.Tensor | None
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        flat = x.reshape(-1, shape[-1])
+        if x.device.type == "cpu":
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group,
+                                                           self.scales_and_zeros)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm(flat, self.packed, self.group,
+                                                   self.scales_and_zeros)
+        y = y.view(*shape[:-1], self.out_features)
+        return y if self.bias is None else y + self.bias
+
+    def nbytes(self) -> int:
+        return (self.out_features * self.in_features // 2
+                + self.scales_and_zeros.numel() * self.scales_and_zeros.element_size())
+
+
+QuantizedTensors = dict[str, torch.Tensor]
+"""Device-independent quantized values of one weight (see `quantize_linear`)."""
+
+
+def quantize_linear(weight: torch.Tensor, fmt: WeightFormat) -> QuantizedTensors | None:
+    """Quantize a float ``[out, in]`` weight (computed in float32 on its device).
+
+    int8: ``{"q": int8 [out, in], "scale": f32 [out]}``. int4: ``{"nibbles": uint8
+    [out, in / 2] (even input index in the low nibble), "scale": f32 [in / G, out],
+    "min": f32 [in / G, out]}``. None for the dense formats, and for int4 when `in` is
+    not a multiple of `INT4_GROUP` (such a weight falls back to int8: see
+    `linear_from_quantized`)."""
+    w = weight.detach().float()
+    if fmt == "int8":
+        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
+        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
+        return {"q": q, "scale": scale}
+    if fmt == "int4":
+        out_features, in_features = w.shape
+        if in_features % INT4_GROUP:
+            return quantize_linear(weight, "int8")
+        groups = w.view(out_features, in_features // INT4_GROUP, INT4_GROUP)
+        low = groups.amin(dim=-1)
+        high = groups.amax(dim=-1)
+        scale = ((high - low) / 15.0).clamp(min=1e-12)
+        q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15)
+        q = q.to(torch.uint8).view(out_features, in_features)
+        nibbles = q[:, 0::2] | (q[:, 1::2] << 4)
+        return {"nibbles": nibbles.contiguous(), "scale": scale.t().contiguous(),
+                "min": low.t().contiguous()}
+    return None
+
+
+def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, *,
+                          device: torch.device, dtype: torch.dtype) -> Linear:
+    """A `Linear` on `device` computing in `dtype` from `quantize_linear`'s tensors."""
+    bias = None if bias is None else bias.to(device=device, dtype=dtype)
+    if "q" in tensors:
+        return Int8Linear(tensors["q"].to(device), tensors["scale"].to(device=device,
+                                                                       dtype=dtype), bias)
+    nibbles, scale, low = tensors["nibbles"], tensors["scale"], tensors["min"]
+    out_features, half = nibbles.shape
+    in_features = 2 * half
+    group = in_features // scale.shape[0]
+    zeros = low + 8.0 * scale  # the kernels' form: (q - 8) * scale + zero
+    scales_and_zeros = torch.stack([scale, zeros], dim=-1).to(device=device, dtype=dtype)
+    if device.type == "cpu":
+        q = torch.stack([nibbles & 0xF, nibbles >> 4], dim=-1).view(out_features, in_features)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
+    else:  # tinygemm wants the high nibble first
+        swapped = ((nibbles & 0xF) << 4) | (nibbles >> 4)
+        packed = torch.ops.aten._convert_weight_to_int4pack(swapped.to(device), 8)
+    return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
+                      out_features, bias)

@@ -1,0 +1,81 @@
+"""A directory of quantized weights, one safetensors file per (model, format).
+
+Quantizing is deterministic, so the result is computed once from the full-precision
+checkpoint and cached like the GGUF -> safetensors conversion: the file name carries the
+model directory's name, a fingerprint of its weight files (names, sizes, mtimes) and of
+the quantization scheme, and the format. Files are written to a temporary name in the same
+directory and renamed into place, so a reader never sees a partial file and concurrent
+writers of the same key both produce a complete one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+
+from engine.errors import EngineError
+from engine.quantize import INT4_GROUP, QuantizedTensors, WeightFormat
+
+__all__ = ["SCHEME_VERSION", "cache_path", "load_or_quantize"]
+
+SCHEME_VERSION = 1
+"""Bumped whenever `engine.quantize.quantize_linear`'s output changes."""
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".json")
+
+
+def cache_path(cache_dir: Path, model_dir: Path, fmt: WeightFormat) -> Path:
+    """Where the `fmt` weights of the model in `model_dir` live in `cache_dir`."""
+    digest = hashlib.sha256(f"scheme={SCHEME_VERSION} int4_group={INT4_GROUP}".encode())
+    for file in sorted(model_dir.iterdir()):
+        if file.is_file() and file.suffix in _WEIGHT_SUFFIXES:
+            stat = file.stat()
+            digest.update(f"{file.name}:{stat.st_size}:{stat.st_mtime_ns};".encode())
+    return cache_dir / f"{model_dir.name}-{digest.hexdigest()[:12]}-{fmt}.safetensors"
+
+
+def load_or_quantize(cache_dir: Path, model_dir: Path, fmt: WeightFormat,
+                     compute: Callable[[], Iterable[tuple[str, QuantizedTensors]]]
+                     ) -> dict[str, QuantizedTensors]:
+    """The quantized tensors by linear name: read from the cache, or `compute`d and stored
+    (atomically) first. A cache file that cannot be read is recomputed and replaced."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file, save_file
+
+    path = cache_path(cache_dir, model_dir, fmt)
+    if path.is_file():
+        try:
+            return _unflatten(load_file(str(path)))
+        except (SafetensorError, OSError, ValueError):
+            pass  # corrupt or foreign: recompute below
+    result = {name: tensors for name, tensors in compute()}
+    try:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=path.name, suffix=".tmp")
+        os.close(fd)
+        try:
+            save_file({f"{name}/{part}": tensor.contiguous()
+                       for name, tensors in result.items() for part, tensor in tensors.items()},
+                      tmp, metadata={"format": fmt, "scheme": str(SCHEME_VERSION)})
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    except OSError as exc:
+        raise EngineError(f"cannot write quantized weights to {cache_dir}: {exc}") from exc
+    return result
+
+
+def _unflatten(flat: dict[str, torch.Tensor]) -> dict[str, QuantizedTensors]:
+    out: dict[str, QuantizedTensors] = {}
+    for key, tensor in flat.items():
+        name, _, part = key.rpartition("/")
+        if not name:
+            raise ValueError(f"unexpected tensor {key!r} in a quantized weight cache")
+        out.setdefault(name, {})[part] = tensor
+    return out
