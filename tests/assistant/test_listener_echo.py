@@ -62,7 +62,10 @@ def test_barge_in_onset_reaches_asr_ungated(user_speech: np.ndarray) -> None:
     assert lo >= 0, "the utterance (with its prefix padding) must cover the soft onset"
     expected = mic[start: start + got.size]
     np.testing.assert_allclose(got, expected, atol=1e-6)
-    assert np.abs(got[lo: lo + onset]).max() > 0.01  # the soft onset survived the gate
+    # The soft onset survived the gate (the gated signal zeroes it): compare with its own
+    # level, since Piper's sampling noise makes the synthesised onset louder or softer.
+    soft = np.abs(speech[:onset]).max()
+    assert soft > 0 and np.abs(got[lo: lo + onset]).max() > 0.5 * soft
 
     # The VAD itself did hear the gated signal: the gate silenced the onset frames.
     echo = EchoProcessor(EchoOptions(mode="gate"))
