@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from engine.errors import (
         CacheExhaustedError,
         ChatTemplateError,
+        ContextLimitError,
         EngineError,
         EngineInvariantError,
         SequenceReleasedError,
@@ -34,6 +35,7 @@ __all__ = [
     "CacheExhaustedError",
     "ChatTemplate",
     "ChatTemplateError",
+    "ContextLimitError",
     "DecodeItem",
     "Engine",
     "EngineError",
@@ -55,6 +57,7 @@ _HOMES = {
     "CacheExhaustedError": "engine.errors",
     "ChatTemplate": "engine.chat_template",
     "ChatTemplateError": "engine.errors",
+    "ContextLimitError": "engine.errors",
     "DecodeItem": "engine.runner",
     "Engine": "engine.engine",
     "EngineError": "engine.errors",

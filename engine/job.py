@@ -127,8 +127,16 @@ class Job:
         self._pending = None
         self.decode_steps += 1
 
-    def sample_next(self) -> list[TokenEvent]:
-        return self._on_token(self._sampler.sample(self.seq.next_logits()))
+    @property
+    def sampler(self) -> Sampler:
+        return self._sampler
+
+    def sample_next(self, token_id: int | None = None) -> list[TokenEvent]:
+        """Take the next token: `token_id` when the scheduler sampled the whole batch at
+        once (`engine.sampler.sample_batch`), else sample the sequence's logits."""
+        if token_id is None:
+            token_id = self._sampler.sample(self.seq.next_logits())
+        return self._on_token(token_id)
 
     def finish_cancelled(self) -> list[TokenEvent]:
         """End now, touching nothing in the sequence (its tokens are those whose K/V was
@@ -153,7 +161,7 @@ class Job:
         if stop_at is not None:
             return self._finish(FinishReason.STOP, token_id, text[self._emitted:stop_at],
                                 self._ids_for_text(text[:stop_at]))
-        if len(self._generated) >= self.params.max_new_tokens:
+        if len(self._generated) >= self.params.max_new_tokens or not self._room_for_next():
             rest = text[self._emitted:] + self._detok.flush()
             return self._finish(FinishReason.LENGTH, token_id, rest, tuple(self._generated))
         hold = min(self._stops.holdback(text), len(text) - self._emitted)
@@ -161,6 +169,11 @@ class Job:
         self._emitted += len(delta)
         self._pending = token_id
         return [self._event(token_id, delta, finished=False, reason=None)]
+
+    def _room_for_next(self) -> bool:
+        """Whether the context can take the pending token, one more, and the end-of-turn
+        ids; when not, the job ends now (LENGTH) while the turn can still be closed."""
+        return self.seq.positions_left >= 2 + len(self.params.end_of_turn)
 
     def _ids_for_text(self, kept: str) -> tuple[int, ...]:
         """Generated ids spelling exactly `kept`: the whole tokens before it ends, plus the

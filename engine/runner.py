@@ -36,6 +36,12 @@ class ModelRunner(Protocol):
     vocab_size: int
     eos_token_ids: tuple[int, ...]
 
+    @property
+    def max_positions(self) -> int:
+        """Positions the model supports (``max_position_embeddings``); no sequence passes
+        it."""
+        ...
+
     def prefill(self, page_table: Sequence[int], start: int, token_ids: Sequence[int],
                 all_logits: bool = False) -> torch.Tensor:
         """Compute tokens at positions start .. start+len(token_ids)-1, writing their K/V

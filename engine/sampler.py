@@ -11,9 +11,11 @@ from typing import TYPE_CHECKING
 from engine.params import SamplingParams
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import torch
 
-__all__ = ["Sampler"]
+__all__ = ["Sampler", "sample_batch"]
 
 
 class Sampler:
@@ -43,3 +45,22 @@ class Sampler:
             self._generator = torch.Generator().manual_seed(params.seed)
         probs = torch.softmax(scores, dim=-1)
         return int(torch.multinomial(probs, 1, generator=self._generator))
+
+
+def sample_batch(samplers: Sequence[Sampler], logits: torch.Tensor) -> list[int]:
+    """One token id per row of ``[B, vocab]`` logits: every greedy row in one argmax over
+    the batch, the others through their own sampler (and seeded generator)."""
+    import torch
+
+    if len(samplers) != logits.shape[0]:
+        raise ValueError(f"{len(samplers)} samplers for {logits.shape[0]} logits rows")
+    greedy = [row for row, s in enumerate(samplers) if s.params.temperature == 0.0]
+    chosen: list[int] = [0] * len(samplers)
+    if greedy:
+        rows = logits if len(greedy) == len(samplers) else logits[torch.tensor(greedy)]
+        for row, token in zip(greedy, rows.argmax(dim=-1).tolist(), strict=True):
+            chosen[row] = int(token)
+    for row, sampler in enumerate(samplers):
+        if sampler.params.temperature != 0.0:
+            chosen[row] = sampler.sample(logits[row])
+    return chosen

@@ -16,6 +16,7 @@ from engine.errors import CacheExhaustedError, EngineError, JobFailedError
 from engine.events import TokenEvent
 from engine.job import Job, JobState
 from engine.params import Priority, SamplingParams
+from engine.sampler import sample_batch
 
 if TYPE_CHECKING:
     from engine.detokenize import TokenizerLike
@@ -119,12 +120,13 @@ class Scheduler:
             raise
         for row, job in enumerate(batch):
             job.on_decoded(logits[row])
+        choices = sample_batch([job.sampler for job in batch], logits)
         events: list[TokenEvent] = []
         failed: list[int] = []
         error: BaseException | None = None
-        for job in batch:  # every job samples even if closing another one's turn fails
-            try:
-                events.extend(job.sample_next())
+        for job, token_id in zip(batch, choices, strict=True):
+            try:  # every job takes its token even if closing another one's turn fails
+                events.extend(job.sample_next(token_id))
             except Exception as exc:
                 error = error or exc
                 failed.append(job.job_id)

@@ -13,7 +13,12 @@ from collections.abc import Sequence as Seq
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol
 
-from engine.errors import CacheExhaustedError, EngineError, SequenceReleasedError
+from engine.errors import (
+    CacheExhaustedError,
+    ContextLimitError,
+    EngineError,
+    SequenceReleasedError,
+)
 from engine.events import PrefillStats, TokenEvent
 from engine.params import Priority, SamplingParams
 from engine.prefix_index import ROOT_KEY, chain_keys, page_key
@@ -222,6 +227,11 @@ class Sequence:
         assert self._logits is not None
         return self._logits
 
+    @property
+    def positions_left(self) -> int:
+        """Tokens that still fit before the model's maximum positions."""
+        return self._cache.runner.max_positions - len(self._tokens)
+
     def pages_needed(self, n_tokens: int) -> int:
         """Upper bound on pages to allocate for writing `n_tokens` more tokens."""
         pool = self._cache.pool
@@ -233,6 +243,10 @@ class Sequence:
 
     def decode_item(self, token_id: int) -> DecodeItem:
         """Make position len(self) writable and describe the decode of `token_id` there."""
+        if self.positions_left < 1:
+            raise ContextLimitError(
+                f"sequence {self.seq_id} is at the model's maximum of "
+                f"{self._cache.runner.max_positions} positions")
         self._prepare_write([token_id])
         return DecodeItem(tuple(self._pages), len(self._tokens), token_id)
 
@@ -302,6 +316,11 @@ class Sequence:
             f"({pool.page_size} tokens per page); release sequences or raise engine.num_pages")
 
     def _reserve(self, n_tokens: int) -> None:
+        limit = self._cache.runner.max_positions
+        if len(self._tokens) + n_tokens > limit:
+            raise ContextLimitError(
+                f"sequence {self.seq_id}: {len(self._tokens)} + {n_tokens} tokens would pass "
+                f"the model's maximum of {limit} positions")
         needed = self.pages_needed(n_tokens)
         if needed > self._cache.pool.available():
             raise self._exhausted(needed)

@@ -31,12 +31,13 @@ def _roll(h: int, position: int, token: int) -> int:
 
 class FakeRunner:
     def __init__(self, *, page_size: int = 4, num_pages: int = 64, vocab_size: int = 300,
-                 eos_token_ids: Sequence[int] = (),
+                 eos_token_ids: Sequence[int] = (), max_positions: int = 1 << 20,
                  next_token: Callable[[tuple[int, ...]], int | None] | None = None) -> None:
         self.page_size = page_size
         self.num_pages = num_pages
         self.vocab_size = vocab_size
         self.eos_token_ids = tuple(eos_token_ids)
+        self.max_positions = max_positions
         self.next_token = next_token
         """Optional script: context -> token id to force (greedy picks it)."""
         self.slots: list[list[tuple[int, int] | None]] = [
@@ -150,12 +151,14 @@ class ByteTokenizer:
 def make_engine(*, page_size: int = 4, num_pages: int = 64, vocab_size: int = 300,
                 eos_token_ids: Sequence[int] = (), max_batch: int = 8, prefill_chunk: int = 512,
                 next_token: Callable[[tuple[int, ...]], int | None] | None = None,
-                tokenizer: ByteTokenizer | None = None) -> tuple[Engine, FakeRunner]:
+                tokenizer: ByteTokenizer | None = None, max_positions: int = 1 << 20
+                ) -> tuple[Engine, FakeRunner]:
     """An engine over a fresh fake runner (and a byte tokenizer unless one is given)."""
     from engine import Engine
 
     runner = FakeRunner(page_size=page_size, num_pages=num_pages, vocab_size=vocab_size,
-                        eos_token_ids=eos_token_ids, next_token=next_token)
+                        eos_token_ids=eos_token_ids, next_token=next_token,
+                        max_positions=max_positions)
     engine = Engine(runner, tokenizer or ByteTokenizer(), max_batch=max_batch,
                     prefill_chunk=prefill_chunk)
     return engine, runner
