@@ -66,13 +66,13 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
     quantized = None
     if fmt in ("int8", "int4") and cache_dir is not None:
         from engine.model import fused_linears
-        from engine.quantize import quantize_linear
+        from engine.quantize import format_for_linear, quantize_linear
         from engine.weight_cache import load_or_quantize
 
         state = hf_model.state_dict()
         quantized = load_or_quantize(
             Path(cache_dir), path, fmt,
-            lambda: ((name, quantize_linear(weight, fmt) or {})
+            lambda: ((name, quantize_linear(weight, format_for_linear(name, fmt)) or {})
                      for name, weight, _ in fused_linears(config, state)))
     eos = eos_token_ids_for(hf_model, tokenizer)
     runner = runner_from_hf_model(hf_model, device=device, dtype=torch_dtype,

@@ -31,6 +31,7 @@ from engine.quantize import (
     Linear,
     QuantizedTensors,
     WeightFormat,
+    format_for_linear,
     linear_from_quantized,
     quantize_linear,
 )
@@ -127,7 +128,8 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
     linears: dict[str, Linear] = {}
     for name, weight, bias in fused_linears(cfg, state):
         if fmt in ("int8", "int4"):
-            tensors = (quantized or {}).get(name) or quantize_linear(weight, fmt)
+            tensors = (quantized or {}).get(name) or quantize_linear(
+                weight, format_for_linear(name, fmt))
             assert tensors is not None
             linears[name] = linear_from_quantized(tensors, bias, device=dev, dtype=dtype)
         else:

@@ -35,6 +35,7 @@ __all__ = [
     "QuantizedTensors",
     "WeightFormat",
     "compute_dtype_for",
+    "format_for_linear",
     "linear_from_quantized",
     "quantize_linear",
     "resolve_weight_format",
@@ -63,6 +64,14 @@ def resolve_weight_format(name: str) -> WeightFormat:
 def compute_dtype_for(fmt: WeightFormat) -> torch.dtype:
     """Activation and KV dtype of a format: the quantized kernels' fast path is bfloat16."""
     return torch.float32 if fmt == "fp32" else torch.bfloat16
+
+
+def format_for_linear(name: str, fmt: WeightFormat) -> WeightFormat:
+    """The format one projection gets under model format `fmt`: int4 keeps the output
+    projection (``lm_head``, often the tied embedding table) in int8, as llama.cpp's Q4
+    types keep ``output.weight`` at higher precision; in int4 it costs ~3% perplexity on
+    SmolLM2 for ~1 ms per token."""
+    return "int8" if fmt == "int4" and name == "lm_head" else fmt
 
 
 class Linear:

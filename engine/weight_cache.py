@@ -23,7 +23,7 @@ from engine.quantize import INT4_GROUP, QuantizedTensors, WeightFormat
 
 __all__ = ["SCHEME_VERSION", "cache_path", "load_or_quantize"]
 
-SCHEME_VERSION = 1
+SCHEME_VERSION = 2
 """Bumped whenever `engine.quantize.quantize_linear`'s output changes."""
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".json")
