@@ -1,0 +1,177 @@
+"""Weight formats: quantized linears against their own dequantized weights, whole models
+against fp32 (tiny random models and, loosely, the packaged SmolLM2's quality gates), and
+the quantized-weight cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from engine import Engine, SamplingParams
+from engine.errors import ContextLimitError, EngineError
+from engine.loader import runner_from_hf_model
+from engine.quality import fixed_text, greedy_agreement, greedy_tokens, perplexity
+from engine.quantize import (
+    DenseLinear,
+    Int4Linear,
+    Int8Linear,
+    compute_dtype_for,
+    linear_from_quantized,
+    quantize_linear,
+    resolve_weight_format,
+)
+from engine.runner import DecodeItem
+from engine.weight_cache import cache_path, load_or_quantize
+from tests.engine.conftest import TINY_VOCAB
+from tests.engine.fake_runner import ByteTokenizer
+
+CPU = torch.device("cpu")
+
+
+def dequantized(tensors: dict[str, torch.Tensor], shape: torch.Size) -> torch.Tensor:
+    if "q" in tensors:
+        return tensors["q"].float() * tensors["scale"][:, None]
+    nibbles = tensors["nibbles"]
+    q = torch.stack([nibbles & 0xF, nibbles >> 4], dim=-1).view(shape).float()
+    groups = tensors["scale"].shape[0]
+    return (q.view(shape[0], groups, -1) * tensors["scale"].t()[..., None]
+            + tensors["min"].t()[..., None]).view(shape)
+
+
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_quantized_linear_computes_with_its_dequantized_weight(fmt: str) -> None:
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(96, 64, generator=gen)
+    bias = torch.randn(96, generator=gen)
+    x = torch.randn(2, 3, 64, generator=gen).bfloat16()
+    tensors = quantize_linear(weight, resolve_weight_format(fmt))
+    assert tensors is not None
+    linear = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16)
+    assert isinstance(linear, Int8Linear if fmt == "int8" else Int4Linear)
+    deq = dequantized(tensors, weight.shape)
+    ref = x.float() @ deq.t() + bias
+    out = linear(x)
+    assert out.shape == (2, 3, 96) and out.dtype == torch.bfloat16
+    assert float((out.float() - ref).abs().max()) < 0.02 * float(ref.abs().max())
+    # Quantization error itself is bounded by half a step.
+    step = 1 / 127 if fmt == "int8" else 1 / 15
+    assert float((deq - weight).abs().max()) <= 1.01 * step * float(weight.abs().max())
+
+
+def test_int4_with_inputs_not_a_multiple_of_the_group_falls_back_to_int8() -> None:
+    tensors = quantize_linear(torch.randn(8, 48), "int4")
+    assert tensors is not None and "q" in tensors
+
+
+def test_format_names_and_dtypes() -> None:
+    assert resolve_weight_format("bfloat16") == "bf16"
+    assert compute_dtype_for("fp32") == torch.float32
+    assert compute_dtype_for("int4") == torch.bfloat16
+    with pytest.raises(EngineError, match="unknown weight format"):
+        resolve_weight_format("int3")
+
+
+def test_bf16_dense_weights_keep_the_out_in_layout() -> None:
+    """The [in, out] bf16 CPU matmul is >10x slower than F.linear's [out, in] form."""
+    wide = torch.randn(128, 64)
+    assert DenseLinear.build(wide, None).input_major
+    assert not DenseLinear.build(wide.bfloat16(), None).input_major
+
+
+@pytest.mark.parametrize("fmt", ["bf16", "int8", "int4"])
+def test_tiny_models_in_each_format_stay_close_to_fp32(tiny_llama: Any, tiny_qwen2: Any,
+                                                      fmt: str) -> None:
+    ids = [int(t) for t in torch.randint(3, TINY_VOCAB, (24,),
+                                         generator=torch.Generator().manual_seed(5))]
+    table = list(range(16))
+    # Random weights are the worst case for 4 bits (SmolLM2's gates are below).
+    tol, agree = (0.3, 0.5) if fmt == "int4" else (0.1, 0.75)
+    for hf_model in (tiny_llama, tiny_qwen2):
+        exact = runner_from_hf_model(hf_model, page_size=4, num_pages=16)
+        low = runner_from_hf_model(hf_model, page_size=4, num_pages=16, weights=fmt)
+        assert low.dtype == torch.bfloat16 and low.kv.k.dtype == torch.bfloat16
+        ref = exact.prefill(table, 0, ids, all_logits=True)
+        ours = low.prefill(table, 0, ids[:-2], all_logits=True)
+        for pos in (len(ids) - 2, len(ids) - 1):  # decode steps on the same cache
+            ours = torch.cat([ours, low.decode([DecodeItem(table, pos, ids[pos])])])
+        assert ours.dtype == torch.float32 and torch.isfinite(ours).all()
+        assert float((ours - ref).abs().max()) < tol * float(ref.abs().max())
+        assert float((ours.argmax(-1) == ref.argmax(-1)).float().mean()) >= agree
+
+
+def test_engine_generates_in_int4(tiny_llama: Any) -> None:
+    runner = runner_from_hf_model(tiny_llama, page_size=4, num_pages=64, weights="int4")
+    engine = Engine(runner, ByteTokenizer())
+    with engine.sequence() as seq:
+        events = list(seq.generate(SamplingParams(max_new_tokens=12, ignore_eos=True),
+                                   prompt_ids=[5, 6, 7, 8, 9]))
+        assert len(events) == 12
+        engine.check()
+
+
+def test_runner_refuses_positions_past_the_model_maximum(tiny_llama: Any) -> None:
+    runner = runner_from_hf_model(tiny_llama, page_size=64, num_pages=10)
+    assert runner.max_positions == 512
+    with pytest.raises(ContextLimitError):
+        runner.decode([DecodeItem(list(range(9)), 512, 5)])
+
+
+def test_weight_cache_is_keyed_by_format_and_written_once(tmp_path: Path) -> None:
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "model.safetensors").write_bytes(b"weights")
+    cache = tmp_path / "cache"
+    calls = []
+
+    def compute() -> list[tuple[str, dict[str, torch.Tensor]]]:
+        calls.append(1)
+        tensors = quantize_linear(torch.randn(8, 64), "int4")
+        assert tensors is not None
+        return [("layers.0.qkv", tensors)]
+
+    first = load_or_quantize(cache, model_dir, "int4", compute)
+    second = load_or_quantize(cache, model_dir, "int4", compute)
+    assert len(calls) == 1
+    assert first.keys() == second.keys()
+    for part, tensor in first["layers.0.qkv"].items():
+        assert torch.equal(tensor, second["layers.0.qkv"][part])
+    assert cache_path(cache, model_dir, "int4") != cache_path(cache, model_dir, "int8")
+    assert [p.name for p in cache.iterdir()] == [cache_path(cache, model_dir, "int4").name]
+    # A corrupt file is recomputed and replaced; a changed checkpoint gets a new key.
+    cache_path(cache, model_dir, "int4").write_bytes(b"garbage")
+    load_or_quantize(cache, model_dir, "int4", compute)
+    assert len(calls) == 2
+    (model_dir / "model.safetensors").write_bytes(b"other weights!")
+    load_or_quantize(cache, model_dir, "int4", compute)
+    assert len(calls) == 3
+
+
+# ---- the packaged SmolLM2: quality gates, loosely (the bench prints the full figures) ----
+
+
+@pytest.mark.slow
+def test_smollm2_quality_gates(llm_dir: Path, tmp_path: Path) -> None:
+    from engine.loader import load_runner
+
+    results: dict[str, float] = {}
+    reference: list[list[int]] = []
+    prompts: list[list[int]] = []
+    for fmt in ("fp32", "int8", "int4"):
+        runner, tokenizer = load_runner(llm_dir, page_size=16, num_pages=96, weights=fmt,
+                                        cache_dir=tmp_path)
+        text = [int(t) for t in tokenizer.encode(fixed_text(paragraphs=16))]
+        results[fmt] = perplexity(runner, text)
+        if fmt == "fp32":
+            prompts = [[int(t) for t in tokenizer.apply_chat_template(
+                [{"role": "user", "content": q}], add_generation_prompt=True, tokenize=True,
+                return_dict=False)] for q in ("Why is the sky blue?", "What is 2 plus 2?")]
+            reference = greedy_tokens(runner, prompts, 16)
+        else:
+            agreement = greedy_agreement(runner, reference, prompts)
+            assert agreement.teacher_forced >= 0.8, (fmt, agreement)
+    assert results["int8"] <= 1.02 * results["fp32"], results
+    assert results["int4"] <= 1.06 * results["fp32"], results
+    assert len(list(tmp_path.glob("*-int4.safetensors"))) == 1
