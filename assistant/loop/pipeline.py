@@ -119,6 +119,7 @@ class Pipeline:
         self._consumer: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
         self._closed = False
+        self._close_task: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ public API
 
@@ -256,9 +257,13 @@ class Pipeline:
 
     async def aclose(self) -> None:
         """Stop playback, cancel all work, release the conversation and stop the worker
-        threads. Idempotent."""
-        if self._closed:
-            return
+        threads. Idempotent, and safe to cancel: the close goes on to the end (a caller
+        cancelled mid-close must not leave the conversation on the engine)."""
+        if self._close_task is None:
+            self._close_task = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
         self._closed = True
         if self._consumer is not None:
             await cancel_and_wait(self._consumer, logger=_log, what="pipeline inbox")

@@ -77,6 +77,7 @@ class PipelineBackend:
         self._speech_start_ms = 0
         self._awaiting_transcripts = 0
         self._rebuilding = asyncio.Lock()
+        self._retiring: set[Pipeline] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._task = self._spawn(self._run(), "pipeline-backend")
 
@@ -152,8 +153,9 @@ class PipelineBackend:
         self._source.close()
         await cancel_and_wait(*self._tasks, logger=log, what="session task")
         await self._manual.cancel()
-        if self._pipeline is not None:
-            await self._pipeline.aclose()
+        for pipeline in [*self._retiring, self._pipeline]:
+            if pipeline is not None:
+                await pipeline.aclose()
         try:
             self._sink.close()
         except Exception:
@@ -210,7 +212,9 @@ class PipelineBackend:
             await cancel_and_wait(self._task, logger=log, what="session pipeline")
             old, self._pipeline = self._pipeline, None
             if old is not None:
+                self._retiring.add(old)  # aclose finishes it if we are cancelled here
                 await old.aclose()
+                self._retiring.discard(old)
             self._task = self._spawn(self._run(), "pipeline-backend")
             await self._ensure_ready()
             self._source.resume()
