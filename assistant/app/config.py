@@ -120,6 +120,8 @@ class LlmConfig(_Section):
     top_k: int = Field(0, ge=0)
     seed: int = 0
     stop: tuple[str, ...] = ()
+    loop_min_repeats: int = Field(4, ge=0)
+    loop_max_ngram: int = Field(8, gt=0)
 
 
 class TurnsConfig(_Section):

@@ -16,10 +16,12 @@ engine. Not thread-safe: it lives on the engine thread
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from assistant.dialogue.conversation import INTERRUPTED_MARKER, Conversation, TurnRenderer
+from assistant.dialogue.loop_guard import repeated_tail
 from assistant.dialogue.reply import ReplyTokens
 from assistant.dialogue.speculation import apply_event, resolve, sync_reply
 from assistant.dialogue.speculation_pool import SpeculationPool
@@ -37,6 +39,8 @@ from engine.params import Priority, SamplingParams
 
 if TYPE_CHECKING:
     from assistant.llm.protocol import LLMBackend, LLMJob, LLMSequence
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "DialogueOptions",
@@ -237,6 +241,8 @@ class Dialogue:
             done = any(ev.finished for ev in events)
             if done:
                 self._on_live_finished(live)
+            elif events and self._stop_if_looping(live):
+                done = True
             if text or done:
                 self._outbox.append(ReplyDelta(live.turn_id, text, len(live.reply), done=done,
                                                finish_reason=live.finish_reason))
@@ -321,6 +327,17 @@ class Dialogue:
         live.finish_reason = result.finish_reason.value
         if result.finish_reason is not FinishReason.CANCELLED:
             sync_reply(live.reply, live.job, live.drafted)
+
+    def _stop_if_looping(self, live: _LiveTurn) -> bool:
+        """Stop a reply that keeps repeating itself (see :mod:`~.loop_guard`)."""
+        rep = repeated_tail(live.reply.ids, self._options.loop_guard)
+        if rep is None:
+            return False
+        _log.warning("turn %d repeats %d tokens %d times: reply stopped", live.turn_id,
+                     len(rep.ngram), rep.repeats)
+        self._cancel_live(live)
+        live.finish_reason = "repetition"
+        return True
 
     def _cancel_live(self, live: _LiveTurn) -> None:
         job = live.job

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from assistant.dialogue.conversation import Turn
+from assistant.dialogue.loop_guard import LoopGuardOptions
 
 __all__ = [
     "DialogueError",
@@ -38,6 +39,8 @@ class DialogueOptions:
     min_clause_chars: int = 12
     """Same clause rule as TTS, so a drafted clause is the reply's first TTS chunk."""
     interrupted_marker: bool = False
+    loop_guard: LoopGuardOptions = LoopGuardOptions()
+    """Stop a reply that repeats one n-gram over and over."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from assistant.app.config import AppConfig
 from assistant.dialogue.dialogue import Dialogue, DialogueOptions
+from assistant.dialogue.loop_guard import LoopGuardOptions
 from assistant.loop.pipeline import EntryCallback, Pipeline, PipelineOptions
 from assistant.speech.listener import Listener
 from assistant.turns.turn_manager import TurnManager, TurnOptions
@@ -141,7 +142,9 @@ def dialogue_options(cfg: AppConfig) -> DialogueOptions:
                            temperature=llm.temperature, top_p=llm.top_p, top_k=llm.top_k,
                            seed=llm.seed, stop=tuple(llm.stop),
                            min_clause_chars=cfg.tts.min_clause_chars,
-                           interrupted_marker=cfg.turns.interrupted_marker)
+                           interrupted_marker=cfg.turns.interrupted_marker,
+                           loop_guard=LoopGuardOptions(min_repeats=llm.loop_min_repeats,
+                                                       max_ngram=llm.loop_max_ngram))
 
 
 def turn_options(cfg: AppConfig) -> TurnOptions:
