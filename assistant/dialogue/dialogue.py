@@ -286,6 +286,15 @@ class Dialogue:
         if self._live is not None:
             self._cancel_live(self._live)
 
+    def shed(self) -> bool:
+        """Release every speculative fork (memory pressure); True if there was one."""
+        had = len(self._specs) > 0
+        self._specs.cancel_all()
+        return had
+
+    def tokens_held(self) -> int:
+        return len(self._seq)
+
     def close(self) -> None:
         """Cancel everything and release every sequence. Idempotent."""
         if self._closed:

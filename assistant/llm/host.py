@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from assistant.llm.protocol import BackendStats, JobsFailed, LLMBackend
+from assistant.llm.protocol import BackendStats, JobsFailed, LLMBackend, OutOfPages
 from assistant.llm.session import (
     Command,
     EngineFailed,
@@ -236,7 +236,13 @@ class EngineHost:
     def _run_command(self, command: Command) -> None:
         session = command.session
         try:
-            command.run()
+            try:
+                command.run()
+            except Exception as exc:
+                # Out of KV memory: speculative work yields first, then one retry.
+                if not self.backend.is_out_of_pages(exc) or not self._shed_all(exc):
+                    raise
+                command.run()
         except Exception as exc:  # reported to its owner, never kills the thread
             if session is None:
                 _log.exception("%s host command failed", self.name)
@@ -248,6 +254,8 @@ class EngineHost:
         built = self._built()
         try:
             self.backend.step()
+        except OutOfPages as exc:
+            self._relieve(built, exc)
         except JobsFailed as exc:
             _log.error("%s: %s", self.name, exc)
             for session, state in built:
@@ -261,6 +269,30 @@ class EngineHost:
                     session.post(EngineFailed(session.name, exc))
         for session, state in built:
             self._guard(session, state, functools.partial(self._deliver, session, state))
+
+    def _relieve(self, built: list[tuple[HostSession[Any], Hosted]], exc: OutOfPages) -> None:
+        """No KV memory: speculative work yields first (every session sheds its drafts);
+        if there was none, the conversation holding the most tokens loses its reply
+        with a clear error and the others go on."""
+        if self._shed_all(exc):
+            return
+        busy = [(state.tokens_held(), session, state) for session, state in built
+                if state.has_work()]
+        if not busy:
+            raise RuntimeError(f"out of KV pages with no generation in flight: {exc}") from exc
+        _held, session, state = max(busy, key=lambda b: b[0])
+        _log.error("%s: out of KV pages; stopping the reply of %s (%d tokens held): %s",
+                   self.name, session.name, _held, exc)
+        self._guard(session, state, state.abort)
+        session.post(EngineFailed(session.name, exc))
+
+    def _shed_all(self, exc: BaseException) -> bool:
+        """Every session drops its speculative drafts; True if any had one."""
+        shed = [session.name for session, state in self._built() if state.shed()]
+        if shed:
+            _log.info("%s: out of KV pages (%s); dropped the speculative drafts of %s",
+                      self.name, exc, ", ".join(shed))
+        return bool(shed)
 
     @staticmethod
     def _deliver(session: HostSession[Any], state: Hosted) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, cast
 
-from assistant.llm.protocol import BackendStats, JobsFailed, LLMJob, LLMSequence
-from engine.errors import JobFailedError
+from assistant.llm.protocol import BackendStats, JobsFailed, LLMJob, LLMSequence, OutOfPages
+from engine.errors import CacheExhaustedError, JobFailedError
 from engine.params import Priority, SamplingParams
 
 if TYPE_CHECKING:
@@ -58,6 +58,8 @@ class LocalBackend:
     def step(self) -> None:
         try:
             self.engine.step()
+        except CacheExhaustedError as exc:
+            raise OutOfPages(str(exc)) from exc
         except JobFailedError as exc:
             failed = tuple(j for j in self.engine.jobs if j.job_id in exc.job_ids)
             for job in failed:
@@ -72,6 +74,9 @@ class LocalBackend:
             tokens_decoded=s.tokens_decoded, pages_total=s.pages_total,
             pages_used=s.pages_used, pages_free=s.pages_free, pages_cached=s.pages_cached,
             pages_shared=s.pages_shared)
+
+    def is_out_of_pages(self, error: BaseException) -> bool:
+        return isinstance(error, (CacheExhaustedError, OutOfPages))
 
     def check(self) -> None:
         self.engine.check()

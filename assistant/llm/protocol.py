@@ -35,6 +35,7 @@ __all__ = [
     "LLMJob",
     "LLMBackend",
     "JobsFailed",
+    "OutOfPages",
     "TokenizerLike",
 ]
 
@@ -131,6 +132,11 @@ class JobsFailed(Exception):
         self.cause = cause
 
 
+class OutOfPages(Exception):
+    """A step found no KV memory for any job that needs more; nothing was changed.
+    Releasing sequences (speculative forks first) lets the next step go on."""
+
+
 class LLMBackend(Protocol):
     """A KV cache with sequences and jobs (see the module docstring). One thread only."""
 
@@ -161,10 +167,16 @@ class LLMBackend(Protocol):
 
     def step(self) -> None:
         """Advance every active job by one bounded piece of work (batched across jobs).
-        Raises `JobsFailed` when only some jobs failed; anything else failed the step."""
+        Raises `JobsFailed` when only some jobs failed, `OutOfPages` when memory ran out;
+        anything else failed the step."""
         ...
 
     def stats(self) -> BackendStats: ...
+
+    def is_out_of_pages(self, error: BaseException) -> bool:
+        """Whether ``error`` (from a step or a sequence operation) means KV memory ran
+        out, so that releasing sequences and retrying can succeed."""
+        ...
 
     def check(self) -> None:
         """Verify the backend's invariants; raise naming each problem."""

@@ -38,6 +38,14 @@ class Hosted(Protocol):
         """Stop all generation (after a failed step)."""
         ...
 
+    def shed(self) -> bool:
+        """Release speculative work to free KV memory; True if anything was released."""
+        ...
+
+    def tokens_held(self) -> int:
+        """Tokens of this conversation's live sequence (its share of the cache)."""
+        ...
+
     def close(self) -> None:
         """Release everything (idempotent)."""
         ...

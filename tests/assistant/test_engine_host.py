@@ -233,3 +233,55 @@ def test_an_idle_host_does_no_steps_and_a_closed_host_refuses_work() -> None:
     with pytest.raises(HostClosed):
         host.call(lambda be: be.stats()).result(TIMEOUT)
     assert backend.engine.stats().sequences == 0  # the host released every conversation
+
+
+def _tight_host(num_pages: int) -> tuple[EngineHost, Any, Callable[[LLMBackend], Dialogue]]:
+    from engine.chat_template import ChatTemplate
+    from tests.engine.fake_runner import ByteTokenizer, make_engine
+    from tests.replay.fakes import END, START, chatml, scripted_next_token
+
+    tok = ByteTokenizer(merges=["assistant", "user"], specials=[START, END])
+    engine, _ = make_engine(page_size=4, num_pages=num_pages, vocab_size=tok.vocab_size,
+                            eos_token_ids=(tok.special_ids[END],), tokenizer=tok,
+                            next_token=scripted_next_token(tok, scripted_reply))
+    build = scripted_dialogue(ChatTemplate(tok, render=chatml), max_new_tokens=120,
+                              speculation_max_tokens=40)
+    return EngineHost(LocalBackend(engine)), engine, build
+
+
+def test_out_of_pages_speculative_drafts_yield_to_a_live_reply() -> None:
+    host, engine, build = _tight_host(num_pages=40)
+    a_box, b_box = Inbox(), Inbox()
+    try:
+        a = DialogueClient(host, build, a_box, name="a")
+        b = DialogueClient(host, build, b_box, name="b")
+        a.speculate(1, "please tell me everything about the history of the roman empire")
+        a.idle().result(TIMEOUT)
+        assert host.call(lambda be: be.stats().pages_used).result(TIMEOUT) == 35
+        b.start_turn(1, "what is the capital of france and why", None)
+        b_box.wait_for(_done(1))
+        assert b_box.reply(1) == scripted_reply("what is the capital of france and why")
+        assert not any(isinstance(i, EngineFailed) for i in a_box.items + b_box.items)
+        # A's draft (its fork) was released; both conversations live on.
+        assert host.call(lambda be: be.stats().sequences).result(TIMEOUT) == 2
+        host.call(lambda be: be.check()).result(TIMEOUT)
+    finally:
+        host.close()
+
+
+def test_out_of_pages_with_nothing_to_shed_fails_the_biggest_conversation_only() -> None:
+    host, engine, build = _tight_host(num_pages=50)
+    a_box, b_box = Inbox(), Inbox()
+    try:
+        a = DialogueClient(host, build, a_box, name="a")
+        b = DialogueClient(host, build, b_box, name="b")
+        a.start_turn(1, "please tell me everything about the history of the roman empire", None)
+        b.start_turn(1, "hi", None)
+        failed = a_box.wait_for(lambda i: isinstance(i, EngineFailed))
+        assert "exhausted" in str(failed.error)
+        b_box.wait_for(_done(1))
+        assert b_box.reply(1) == scripted_reply("hi")
+        assert not any(isinstance(i, EngineFailed) for i in b_box.items)
+        host.call(lambda be: be.check()).result(TIMEOUT)
+    finally:
+        host.close()
