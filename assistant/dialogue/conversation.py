@@ -67,7 +67,7 @@ class Turn:
     generated_tokens: int = 0
     """Assistant: tokens generated before any cut (>= kept tokens)."""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, *, in_context: bool = True) -> dict[str, Any]:
         return {
             "role": self.role,
             "text": self.text,
@@ -75,17 +75,27 @@ class Turn:
             "spoken_ms": self.spoken_ms,
             "turn_id": self.turn_id,
             "tokens": len(self.token_ids),
+            "in_context": in_context,
         }
 
 
 class Conversation:
-    """System prompt plus alternating user / assistant turns, with their token ids."""
+    """System prompt plus alternating user / assistant turns, with their token ids.
+
+    The record keeps every turn; the model may see fewer. When the context fills, the
+    oldest whole exchanges are *hidden* (:meth:`hide_oldest`): they stay in the record
+    (``turns``, ``to_json`` marks them) but leave ``token_ids``, ``num_tokens`` and
+    ``messages``, which are always exactly the model's context: the system prompt, then
+    the visible turns.
+    """
 
     def __init__(self, renderer: TurnRenderer, system_prompt: str = "",
                  *, interrupted_marker: bool = False) -> None:
         self.renderer = renderer
         self.interrupted_marker = interrupted_marker
         self._turns: list[Turn] = []
+        self._hidden = 0
+        """Turns after the system prompt that the model no longer sees (the oldest)."""
         if system_prompt:
             self.add_message("system", system_prompt)
 
@@ -93,27 +103,69 @@ class Conversation:
 
     @property
     def turns(self) -> tuple[Turn, ...]:
+        """Every turn ever said, hidden ones included."""
         return tuple(self._turns)
 
     @property
+    def visible_turns(self) -> tuple[Turn, ...]:
+        """The turns the model sees: the system prompt, then all but the hidden ones."""
+        return tuple(self._visible(self._hidden))
+
+    @property
+    def hidden_turns(self) -> int:
+        return self._hidden
+
+    @property
     def token_ids(self) -> tuple[int, ...]:
-        """Every turn's ids, in order: what the engine's sequence must hold."""
-        return tuple(t for turn in self._turns for t in turn.token_ids)
+        """The visible turns' ids, in order: what the engine's sequence must hold."""
+        return self.window_ids(self._hidden)
 
     @property
     def num_tokens(self) -> int:
-        return sum(len(turn.token_ids) for turn in self._turns)
+        return sum(len(turn.token_ids) for turn in self._visible(self._hidden))
+
+    def window_ids(self, hidden: int) -> tuple[int, ...]:
+        """The context's ids if the oldest ``hidden`` turns were hidden."""
+        return tuple(t for turn in self._visible(hidden) for t in turn.token_ids)
+
+    def exchange_starts(self) -> list[int]:
+        """For each visible user turn, how many turns hiding up to it would hide (the
+        oldest first): the whole-exchange cut points."""
+        first = self._first_hideable()
+        return [i - first for i in range(first + self._hidden, len(self._turns))
+                if self._turns[i].role == "user"]
+
+    def _first_hideable(self) -> int:
+        return 1 if self._turns and self._turns[0].role == "system" else 0
+
+    def _visible(self, hidden: int) -> list[Turn]:
+        first = self._first_hideable()
+        return self._turns[:first] + self._turns[first + hidden:]
 
     @property
     def last(self) -> Turn | None:
         return self._turns[-1] if self._turns else None
 
     def messages(self) -> list[dict[str, str]]:
-        """``[{"role", "content"}]`` as a chat template expects (for checks and display)."""
-        return [{"role": t.role, "content": t.text} for t in self._turns]
+        """The model's context as ``[{"role", "content"}]`` (as a chat template expects)."""
+        return [{"role": t.role, "content": t.text} for t in self._visible(self._hidden)]
 
     def to_json(self) -> list[dict[str, Any]]:
-        return [t.to_json() for t in self._turns]
+        """Every turn, each marked with whether the model still sees it."""
+        first = self._first_hideable()
+        return [t.to_json(in_context=not first <= i < first + self._hidden)
+                for i, t in enumerate(self._turns)]
+
+    def renders_as(self, decoded: str) -> bool | None:
+        """Whether ``decoded`` (the model's sequence as text) is the chat template's
+        rendering of the visible turns (None when the renderer cannot render text)."""
+        renderer: Any = self.renderer
+        if not hasattr(renderer, "render_text"):
+            return None
+        marker = INTERRUPTED_MARKER if self.interrupted_marker else ""
+        messages = [{"role": t.role, "content": t.text + (marker if t.interrupted else "")}
+                    for t in self.visible_turns]
+        return bool(decoded == renderer.render_text(messages))
 
     # ------------------------------------------------------------------ rendering
 
@@ -159,8 +211,19 @@ class Conversation:
         self._turns.append(turn)
         return turn
 
+    def hide_oldest(self, hidden: int) -> None:
+        """Hide the oldest turns from the model, up to ``hidden`` in all (a value from
+        :meth:`exchange_starts`, so that whole exchanges go)."""
+        first = self._first_hideable()
+        if hidden < self._hidden or first + hidden > len(self._turns):
+            raise ValueError(f"cannot hide {hidden} turns of {len(self._turns)}")
+        if first + hidden < len(self._turns) and self._turns[first + hidden].role != "user":
+            raise ValueError("the context must start at a user turn (whole exchanges)")
+        self._hidden = hidden
+
     def pop(self) -> Turn:
         """Remove the last turn (a user turn whose reply was withdrawn)."""
-        if not self._turns:
-            raise ValueError("the conversation is empty")
+        if not self._turns or (self._hidden
+                               and len(self._turns) <= self._first_hideable() + self._hidden):
+            raise ValueError("no visible turn to remove")
         return self._turns.pop()

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from assistant.dialogue.conversation import INTERRUPTED_MARKER, Conversation, TurnRenderer
+from assistant.dialogue.context_window import Adopted, ContextWindow
+from assistant.dialogue.conversation import Conversation, TurnRenderer
 from assistant.dialogue.loop_guard import repeated_tail
 from assistant.dialogue.reply import ReplyTokens
 from assistant.dialogue.speculation import apply_event, resolve, sync_reply
@@ -88,6 +89,9 @@ class Dialogue:
             raise
         self._specs = SpeculationPool(backend, lambda: self._params(speculative=True),
                                       min_clause_chars=options.min_clause_chars)
+        limits = [n for n in (options.max_context_tokens, backend.max_positions) if n]
+        self._window = ContextWindow(backend, self.conversation,
+                                     limit=min(limits) if limits else None)
         self._live: _LiveTurn | None = None
         self._outbox: list[DialogueOutput] = []
         self._closed = False
@@ -114,12 +118,25 @@ class Dialogue:
     def has_work(self) -> bool:
         """This conversation has generation in flight or outputs not collected yet."""
         live = self._live
-        return (bool(self._outbox) or self._specs.has_work()
+        return (bool(self._outbox) or self._specs.has_work() or self._window.has_work()
                 or (live is not None and live.job is not None and not live.job.done))
 
     def owns(self, job: LLMJob) -> bool:
         live = self._live
-        return (live is not None and live.job is job) or self._specs.owns(job)
+        return ((live is not None and live.job is job) or self._specs.owns(job)
+                or self._window.owns(job))
+
+    def job_failed(self, job: LLMJob) -> bool:
+        """A job of ours failed in the backend: background work (a draft, a context
+        recompute) is simply dropped (True); a live reply's failure is the caller's."""
+        if self._window.owns(job):
+            self._window.drop()
+            return True
+        return self._specs.drop_job(job)
+
+    @property
+    def context_limit(self) -> int | None:
+        return self._window.limit
 
     def in_sync(self) -> bool:
         """True when no turn is open and the sequence holds exactly the history's ids."""
@@ -128,14 +145,7 @@ class Dialogue:
     def history_text_matches(self) -> bool | None:
         """Whether the sequence decodes to the chat template's rendering of the history
         (None when the renderer cannot tell)."""
-        renderer: Any = self.conversation.renderer
-        if not hasattr(renderer, "render_text"):
-            return None
-        marker = INTERRUPTED_MARKER if self.conversation.interrupted_marker else ""
-        messages = [{"role": t.role, "content": t.text + (marker if t.interrupted else "")}
-                    for t in self.conversation.turns]
-        decoded = self.backend.tokenizer.decode(list(self._seq.tokens))
-        return bool(decoded == renderer.render_text(messages))
+        return self.conversation.renders_as(self.backend.tokenizer.decode(list(self._seq.tokens)))
 
     # ------------------------------------------------------------------ settings
 
@@ -159,6 +169,10 @@ class Dialogue:
         if self._live is not None:
             return
         user_ids, header = self.conversation.user_prompt_ids(user_text)
+        need = (len(self._seq) + len(user_ids) + len(header)
+                + self._options.speculation_max_tokens)
+        if not self._window.fits(need):
+            return  # the turn will trim the context first: a draft here cannot be adopted
         self._specs.start(spec_id, user_text, self._seq, user_ids + header)
 
     def cancel_speculation(self, spec_id: int) -> None:
@@ -176,6 +190,8 @@ class Dialogue:
         ``max_new_tokens`` overrides the option for this reply only."""
         if self._live is not None:
             raise DialogueError(f"turn {turn_id} started while turn {self._live.turn_id} is open")
+        limit = max_new_tokens or self._options.max_new_tokens
+        self._fit_context(user_text, limit)
         user_ids, header = self.conversation.user_prompt_ids(user_text)
         prompt = user_ids + header
         spec = self._specs.take(spec_id)
@@ -220,8 +236,11 @@ class Dialogue:
             live.finished = True
             live.finish_reason = "eos"
         else:
-            limit = max_new_tokens or self._options.max_new_tokens
             remaining = max(1, limit - len(reply))
+            if self._window.limit is not None:  # the turn must close inside the context
+                room = (self._window.limit - len(self._seq)
+                        - len(self.conversation.closing_ids(interrupted=True)))
+                remaining = max(1, min(remaining, room))
             live.job = self.backend.enqueue(self._seq, self._params(max_new_tokens=remaining),
                                             priority=Priority.LIVE)
         return TurnStart(
@@ -234,6 +253,9 @@ class Dialogue:
         """What came out of the backend for this conversation since the last call (call
         after each backend step; the engine thread does)."""
         out: list[DialogueOutput] = list(self._specs.collect())
+        self._window.collect()
+        if self._live is None and not len(self._specs) and self._window.ready:
+            self._swap(self._window.adopt())  # between turns: nobody waits for it
         live = self._live
         if live is not None and live.job is not None:
             events = live.job.take_events()
@@ -278,18 +300,22 @@ class Dialogue:
         self._seq.truncate(self.conversation.num_tokens)
         self._check_sync()
         self._turn_boundary()
+        self._window.plan(len(self._seq), self._headroom())
 
     def abort(self) -> None:
         """Stop all generation after a backend failure (the open turn stays open, with
         what it has; no more text comes)."""
         self._specs.cancel_all()
+        self._window.drop()
         if self._live is not None:
             self._cancel_live(self._live)
 
     def shed(self) -> bool:
-        """Release every speculative fork (memory pressure); True if there was one."""
-        had = len(self._specs) > 0
+        """Release background work (speculative forks, a context recompute) under memory
+        pressure; True if there was any."""
+        had = len(self._specs) > 0 or self._window.planned
         self._specs.cancel_all()
+        self._window.drop()
         return had
 
     def tokens_held(self) -> int:
@@ -301,6 +327,7 @@ class Dialogue:
             return
         self._closed = True
         self._specs.cancel_all()
+        self._window.drop()
         if self._live is not None:
             self._cancel_live(self._live)
             self._live = None
@@ -373,7 +400,31 @@ class Dialogue:
         self._live = None
         self._check_sync()
         self._turn_boundary()
+        self._window.plan(len(self._seq), self._headroom())
         return TurnClosed(live.turn_id, turn, n_keep, generated, live.reply.text, len(self._seq))
+
+    def _headroom(self) -> int:
+        o = self._options
+        return (o.max_new_tokens + o.user_turn_allowance
+                + len(self.conversation.closing_ids(interrupted=True)))
+
+    def _fit_context(self, user_text: str, max_new_tokens: int) -> None:
+        """Before a turn: swap in a ready window; if the turn would not fit, trim now."""
+        if self._window.ready:
+            self._swap(self._window.adopt())
+        user_ids, header = self.conversation.user_prompt_ids(user_text)
+        prompt = len(user_ids) + len(header)
+        if not self._window.fits(len(self._seq) + prompt + 1 + max_new_tokens):
+            self._swap(self._window.force(self._options.user_turn_allowance + max_new_tokens))
+            self._window.require(self.conversation.num_tokens + prompt + 1)
+
+    def _swap(self, adopted: Adopted | None) -> None:
+        if adopted is None:
+            return
+        self._specs.cancel_all()  # drafts were forked from the old context
+        self._seq.release()
+        self._seq = adopted.seq
+        self._check_sync()
 
     def _turn_boundary(self) -> None:
         if self._next_options is not None:

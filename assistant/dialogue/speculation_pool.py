@@ -84,6 +84,14 @@ class SpeculationPool:
             self._stop(spec)
         return spec
 
+    def drop_job(self, job: LLMJob) -> bool:
+        """A draft's job failed in the backend: drop that speculation (True if ours)."""
+        for spec_id, spec in list(self._specs.items()):
+            if spec.job is job:
+                self.cancel(spec_id)
+                return True
+        return False
+
     def collect(self) -> list[SpeculationDrafted]:
         """Feed every draft its new token events; return the clauses drafted since."""
         for spec in list(self._specs.values()):

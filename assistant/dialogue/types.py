@@ -41,6 +41,10 @@ class DialogueOptions:
     interrupted_marker: bool = False
     loop_guard: LoopGuardOptions = LoopGuardOptions()
     """Stop a reply that repeats one n-gram over and over."""
+    max_context_tokens: int = 0
+    """Keep the model's context under this many tokens (0: the model's own limit)."""
+    user_turn_allowance: int = 128
+    """Room kept for the next user message when deciding to trim the context."""
 
 
 @dataclass(frozen=True)

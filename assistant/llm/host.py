@@ -259,7 +259,8 @@ class EngineHost:
         except JobsFailed as exc:
             _log.error("%s: %s", self.name, exc)
             for session, state in built:
-                if any(state.owns(job) for job in exc.jobs):
+                owned = [job for job in exc.jobs if state.owns(job)]
+                if owned and not all([state.job_failed(job) for job in owned]):
                     session.post(EngineFailed(session.name, exc.cause))
         except Exception as exc:
             _log.exception("%s: engine step failed", self.name)

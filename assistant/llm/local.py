@@ -41,6 +41,11 @@ class LocalBackend:
     def tokenizer(self) -> TokenizerLike:
         return self.engine.tokenizer
 
+    @property
+    def max_positions(self) -> int | None:
+        value = getattr(self.engine.runner, "max_positions", None)
+        return int(value) if value is not None else None
+
     def sequence(self, *, priority: Priority = Priority.LIVE) -> LLMSequence:
         return self.engine.sequence(priority=priority)
 

@@ -148,6 +148,11 @@ class LLMBackend(Protocol):
     @property
     def tokenizer(self) -> TokenizerLike: ...
 
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence the model takes (None: no known limit)."""
+        ...
+
     def sequence(self, *, priority: Priority = Priority.LIVE) -> LLMSequence:
         """A new, empty sequence."""
         ...

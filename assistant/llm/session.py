@@ -34,6 +34,11 @@ class Hosted(Protocol):
 
     def owns(self, job: LLMJob) -> bool: ...
 
+    def job_failed(self, job: LLMJob) -> bool:
+        """One of its jobs failed: True if the state dealt with it (background work),
+        False if the conversation must be told."""
+        ...
+
     def abort(self) -> None:
         """Stop all generation (after a failed step)."""
         ...
