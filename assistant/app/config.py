@@ -122,6 +122,7 @@ class LlmConfig(_Section):
     stop: tuple[str, ...] = ()
     loop_min_repeats: int = Field(4, ge=0)
     loop_max_ngram: int = Field(8, gt=0)
+    max_context_tokens: int = Field(0, ge=0)
 
 
 class TurnsConfig(_Section):

@@ -144,7 +144,8 @@ def dialogue_options(cfg: AppConfig) -> DialogueOptions:
                            min_clause_chars=cfg.tts.min_clause_chars,
                            interrupted_marker=cfg.turns.interrupted_marker,
                            loop_guard=LoopGuardOptions(min_repeats=llm.loop_min_repeats,
-                                                       max_ngram=llm.loop_max_ngram))
+                                                       max_ngram=llm.loop_max_ngram),
+                           max_context_tokens=llm.max_context_tokens)
 
 
 def turn_options(cfg: AppConfig) -> TurnOptions:
