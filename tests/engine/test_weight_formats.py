@@ -41,12 +41,13 @@ def dequantized(tensors: dict[str, torch.Tensor], shape: torch.Size) -> torch.Te
             + tensors["min"].t()[..., None]).view(shape)
 
 
+@pytest.mark.parametrize("rows", [3, 40])  # the one-token kernel and the prefill path
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
-def test_quantized_linear_computes_with_its_dequantized_weight(fmt: str) -> None:
+def test_quantized_linear_computes_with_its_dequantized_weight(fmt: str, rows: int) -> None:
     gen = torch.Generator().manual_seed(0)
     weight = torch.randn(96, 64, generator=gen)
     bias = torch.randn(96, generator=gen)
-    x = torch.randn(2, 3, 64, generator=gen).bfloat16()
+    x = torch.randn(2, rows, 64, generator=gen).bfloat16()
     tensors = quantize_linear(weight, resolve_weight_format(fmt))
     assert tensors is not None
     linear = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16)
@@ -54,7 +55,7 @@ def test_quantized_linear_computes_with_its_dequantized_weight(fmt: str) -> None
     deq = dequantized(tensors, weight.shape)
     ref = x.float() @ deq.t() + bias
     out = linear(x)
-    assert out.shape == (2, 3, 96) and out.dtype == torch.bfloat16
+    assert out.shape == (2, rows, 96) and out.dtype == torch.bfloat16
     assert float((out.float() - ref).abs().max()) < 0.02 * float(ref.abs().max())
     # Quantization error itself is bounded by half a step.
     step = 1 / 127 if fmt == "int8" else 1 / 15
