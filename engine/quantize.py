@@ -173,11 +173,26 @@ class Int4Linear(Linear):
     in_features: int  # type: ignore[misc]
     out_features: int  # type: ignore[misc]
     bias: torch.Tensor | None
+    nibbles: torch.Tensor | None = None
+    """CPU only: `quantize_linear`'s nibbles, for the prefill path (+0.5 byte/weight)."""
+    scale_min: torch.Tensor | None = None
+    """float32 ``[2, in / group, out]``: scale and min for the prefill path."""
+
+    def dequantized(self) -> torch.Tensor:
+        """float32 ``[out, in]`` (needs `nibbles`)."""
+        assert self.nibbles is not None and self.scale_min is not None
+        n = self.nibbles
+        q = torch.stack([n & 0xF, n >> 4], dim=-1).view(self.out_features, -1, self.group)
+        scale, low = self.scale_min.transpose(1, 2).unsqueeze(-1)
+        return (q.float() * scale + low).view(self.out_features, self.in_features)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         flat = x.reshape(-1, shape[-1])
-        if x.device.type == "cpu":
+        if self.nibbles is not None and flat.shape[0] >= PREFILL_ROWS:
+            # Prefill: as for int8, one dequantization and the float32 BLAS GEMM.
+            y = F.linear(flat.float(), self.dequantized()).to(x.dtype)
+        elif x.device.type == "cpu":
             y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group,
                                                            self.scales_and_zeros)
         else:
@@ -240,8 +255,10 @@ def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, 
     if device.type == "cpu":
         q = torch.stack([nibbles & 0xF, nibbles >> 4], dim=-1).view(out_features, in_features)
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
-    else:  # tinygemm wants the high nibble first
-        swapped = ((nibbles & 0xF) << 4) | (nibbles >> 4)
-        packed = torch.ops.aten._convert_weight_to_int4pack(swapped.to(device), 8)
+        return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
+                          out_features, bias, nibbles=nibbles.contiguous(),
+                          scale_min=torch.stack([scale, low]).float().contiguous())
+    swapped = ((nibbles & 0xF) << 4) | (nibbles >> 4)  # tinygemm wants the high nibble first
+    packed = torch.ops.aten._convert_weight_to_int4pack(swapped.to(device), 8)
     return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
                       out_features, bias)
