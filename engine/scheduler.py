@@ -127,11 +127,15 @@ class Scheduler:
         for job, token_id in zip(batch, choices, strict=True):
             try:  # every job takes its token even if closing another one's turn fails
                 events.extend(job.sample_next(token_id))
+            except CacheExhaustedError as exc:
+                error = error or exc  # memory is everybody's: raised as is below
             except Exception as exc:
                 error = error or exc
                 failed.append(job.job_id)
             finally:
                 self._retire(job)
+        if isinstance(error, CacheExhaustedError):
+            raise error
         if error is not None:
             raise JobFailedError(tuple(failed), error) from error
         return events

@@ -107,6 +107,7 @@ class EngineConfig(_Section):
     num_pages: int = Field(2048, gt=0)
     max_batch: int = Field(8, gt=0)
     prefill_chunk: int = Field(512, gt=0)
+    weights: Literal["fp32", "bf16", "int8", "int4"] | None = None
 
 
 class LlmConfig(_Section):

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from assistant.app.models import resolve_llm
+    from assistant.app.models import cache_dir, resolve_llm
     from engine import Engine, SamplingParams
     from engine.chat_template import ChatTemplate
 
@@ -51,7 +51,9 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     engine = Engine.load(path, device=cfg.engine.device, dtype=cfg.engine.dtype,
                          page_size=cfg.engine.page_size, num_pages=cfg.engine.num_pages,
                          max_batch=cfg.engine.max_batch,
-                         prefill_chunk=cfg.engine.prefill_chunk)
+                         prefill_chunk=cfg.engine.prefill_chunk,
+                         weights=cfg.engine.weights,
+                         cache_dir=cache_dir(cfg) / "weights")
     template = ChatTemplate(engine.tokenizer)
     template.verify()
     llm = cfg.llm

@@ -61,7 +61,7 @@ def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     the same samples and durations), which replay on a virtual clock needs to give the
     same events for the same input.
     """
-    from assistant.app.models import resolve_asr, resolve_llm, resolve_voice
+    from assistant.app.models import cache_dir, resolve_asr, resolve_llm, resolve_voice
     from assistant.llm.host import EngineHost
     from assistant.llm.local import LocalBackend
     from audio.asr import ASROptions, Transcriber
@@ -83,7 +83,8 @@ def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     e = cfg.engine
     engine = Engine.load(resolve_llm(cfg, progress=progress), device=e.device, dtype=e.dtype,
                          page_size=e.page_size, num_pages=e.num_pages, max_batch=e.max_batch,
-                         prefill_chunk=e.prefill_chunk)
+                         prefill_chunk=e.prefill_chunk, weights=e.weights,
+                         cache_dir=cache_dir(cfg) / "weights")
     template = ChatTemplate(engine.tokenizer)
     template.verify()
     return LoopModels(engine, template, transcriber, synthesizer,
