@@ -134,10 +134,6 @@ class Dialogue:
             return True
         return self._specs.drop_job(job)
 
-    @property
-    def context_limit(self) -> int | None:
-        return self._window.limit
-
     def in_sync(self) -> bool:
         """True when no turn is open and the sequence holds exactly the history's ids."""
         return self._live is None and self._seq.tokens == self.conversation.token_ids
@@ -178,9 +174,6 @@ class Dialogue:
     def cancel_speculation(self, spec_id: int) -> None:
         """Drop a speculation (idempotent); its cached pages stay matchable."""
         self._specs.cancel(spec_id)
-
-    def cancel_all_speculations(self) -> None:
-        self._specs.cancel_all()
 
     # ------------------------------------------------------------------ turns
 

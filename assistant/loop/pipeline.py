@@ -118,7 +118,6 @@ class Pipeline:
         self._pending_vad: VadOptions | None = None
         self._consumer: asyncio.Task[None] | None = None
         self._failure: BaseException | None = None
-        self._closed = False
         self._close_task: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ public API
@@ -264,7 +263,6 @@ class Pipeline:
         await asyncio.shield(self._close_task)
 
     async def _close(self) -> None:
-        self._closed = True
         if self._consumer is not None:
             await cancel_and_wait(self._consumer, logger=_log, what="pipeline inbox")
         self.sink.stop()
