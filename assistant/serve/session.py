@@ -5,11 +5,14 @@ events into Realtime server events: it owns the ids (items, responses, events), 
 conversation's item list (for ``conversation.item.retrieve`` and truncation), the
 response in progress and the order of the events a response produces::
 
-    response.created, response.output_item.added, conversation.item.created,
+    response.created, response.output_item.added, conversation.item.added,
     response.content_part.added, (response.output_audio.delta |
     response.output_audio_transcript.delta)*, response.output_audio.done,
     response.output_audio_transcript.done, response.content_part.done,
-    response.output_item.done, response.done
+    response.output_item.done, conversation.item.done, response.done
+
+(``conversation.item.added`` is ``conversation.item.created`` for beta clients, which
+never get ``conversation.item.done``: the codec's business.)
 
 It owns no socket and no task: the connection (:mod:`assistant.serve.transport.server`) feeds it
 and passes an async ``send`` that enqueues events for the writer (and raises when the
@@ -208,14 +211,18 @@ class RealtimeSession:
         await self._add_item(record)
 
     async def _add_item(self, record: ItemRecord) -> None:
+        """A user item: added and, being complete (its transcript follows on its own
+        events), done at once."""
         previous = self._items[-1].item_id if self._items else None
         self._items.append(record)
         self._by_id[record.item_id] = record
+        item = record.to_item()
         await self._emit(
-            S.ConversationItemCreated(
-                event_id=self._ids("event"), previous_item_id=previous, item=record.to_item()
-            )
-        )
+            S.ConversationItemAdded(event_id=self._ids("event"), previous_item_id=previous,
+                                    item=item))
+        await self._emit(
+            S.ConversationItemDone(event_id=self._ids("event"), previous_item_id=previous,
+                                   item=item))
 
     def _item(self, item_id: str, param: str) -> ItemRecord:
         record = self._by_id.get(item_id)
@@ -376,11 +383,11 @@ class RealtimeSession:
             max_output_tokens=max_tokens,
             metadata=metadata,
             started_at=self._clock(),
+            previous_item_id=self._items[-1].item_id if self._items else None,
         )
-        previous = self._items[-1].item_id if self._items else None
         self._items.append(item)
         self._by_id[item.item_id] = item
-        for out in opening_events(self._active, self._ids, previous):
+        for out in opening_events(self._active, self._ids):
             await self._emit(out)
 
     async def _on_text(self, event: B.ResponseText) -> None:

@@ -148,7 +148,7 @@ def test_sessions_share_system_prompt_pages_and_batched_decode(serve_runtime: An
                 "type": "message", "role": "user",
                 "content": [{"type": "input_text", "text": "Tell me a long story about a knight."}],
             })
-            await _next(conn, "conversation.item.created")
+            await _next(conn, "conversation.item.done")
             await ready.wait()
             await conn.response.create()
             await _next(conn, "response.created")

@@ -60,7 +60,12 @@ def test_openai_sdk_client_talks_truncates_and_sees_the_heard_words() -> None:
                     await conn.input_audio_buffer.append(audio=b64(pcm[chunk : chunk + 2400]))
                 transcript, audio_bytes, text = None, 0, []
                 item_id = None
+                items: list[tuple[str, str, str]] = []
                 async for event in conn:
+                    if event.type.startswith("conversation.item."):
+                        assert event.type != "conversation.item.created"  # a beta name
+                        if hasattr(event, "item"):
+                            items.append((event.type, event.item.role, event.item.status))
                     if event.type == "conversation.item.input_audio_transcription.completed":
                         transcript = event.transcript
                     elif event.type == "response.output_audio.delta":
@@ -71,6 +76,12 @@ def test_openai_sdk_client_talks_truncates_and_sees_the_heard_words() -> None:
                     elif event.type == "response.done":
                         break
                 assert transcript is not None and transcript.startswith("speech of")
+                assert items == [
+                    ("conversation.item.added", "user", "completed"),
+                    ("conversation.item.done", "user", "completed"),
+                    ("conversation.item.added", "assistant", "in_progress"),
+                    ("conversation.item.done", "assistant", "completed"),
+                ]
                 assert "".join(text) == "one two three four five six"
                 assert audio_bytes == 6 * 200 * 24 * 2
                 await conn.conversation.item.truncate(item_id=item_id, content_index=0,
@@ -108,6 +119,8 @@ def test_beta_sdk_client_gets_the_older_event_names() -> None:
                 assert "response.audio.delta" in types
                 assert "response.audio_transcript.delta" in types
                 assert "response.output_audio.delta" not in types
+                assert types.count("conversation.item.created") == 2  # user, assistant
+                assert not {"conversation.item.added", "conversation.item.done"} & set(types)
 
     run(main())
 

@@ -100,12 +100,13 @@ def test_a_spoken_turn_produces_the_realtime_event_sequence() -> None:
                 "input_audio_buffer.speech_started",
                 "input_audio_buffer.speech_stopped",
                 "input_audio_buffer.committed",
-                "conversation.item.created",
+                "conversation.item.added",
+                "conversation.item.done",
                 "conversation.item.input_audio_transcription.delta",
                 "conversation.item.input_audio_transcription.completed",
                 "response.created",
                 "response.output_item.added",
-                "conversation.item.created",
+                "conversation.item.added",
                 "response.content_part.added",
             ]
             assert types[1 : 1 + len(expected)] == expected
@@ -114,6 +115,7 @@ def test_a_spoken_turn_produces_the_realtime_event_sequence() -> None:
                 "response.output_audio_transcript.done",
                 "response.content_part.done",
                 "response.output_item.done",
+                "conversation.item.done",
                 "response.done",
             ]
             assert types[-len(tail) :] == tail

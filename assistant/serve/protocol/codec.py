@@ -9,7 +9,9 @@ hand-written codecs drift (a field declared and never serialised), a round trip 
 
 Dialects: ``ga`` is the current Realtime API; ``beta`` is what clients that send the
 ``OpenAI-Beta: realtime=v1`` header expect (``response.audio.delta`` instead of
-``response.output_audio.delta``, a flat session object, ``audio`` / ``text`` parts).
+``response.output_audio.delta``, a flat session object, ``audio`` / ``text`` parts,
+``conversation.item.created`` for ``conversation.item.added``); events the beta protocol
+does not have (``conversation.item.done``) are not sent to such clients: see `Codec.sends`.
 
 Validation is pydantic's (``TypeAdapter`` over the frozen dataclasses), so every field
 is checked once, in Rust, including the large base64 audio strings.
@@ -26,7 +28,7 @@ from pydantic import TypeAdapter, ValidationError
 from assistant.serve.protocol.client_events import ClientEvent
 from assistant.serve.protocol.server_events import ServerEvent
 
-__all__ = ["Codec", "Dialect", "ProtocolError", "BETA_EVENT_NAMES"]
+__all__ = ["Codec", "Dialect", "ProtocolError", "BETA_EVENT_NAMES", "GA_ONLY_EVENTS"]
 
 
 class Dialect(enum.Enum):
@@ -35,6 +37,7 @@ class Dialect(enum.Enum):
 
 
 BETA_EVENT_NAMES: dict[str, str] = {
+    "conversation.item.added": "conversation.item.created",
     "response.output_audio.delta": "response.audio.delta",
     "response.output_audio.done": "response.audio.done",
     "response.output_audio_transcript.delta": "response.audio_transcript.delta",
@@ -43,6 +46,9 @@ BETA_EVENT_NAMES: dict[str, str] = {
     "response.output_text.done": "response.text.done",
 }
 """GA server event name -> the older (beta) name for the same event."""
+
+GA_ONLY_EVENTS: frozenset[str] = frozenset({"conversation.item.done"})
+"""Server events the beta protocol has no counterpart for (never sent to beta clients)."""
 
 _GA_EVENT_NAMES = {beta: ga for ga, beta in BETA_EVENT_NAMES.items()}
 _BETA_PART_TYPES = {"output_audio": "audio", "output_text": "text"}
@@ -91,6 +97,11 @@ class Codec:
         return self._client.dump_json(event).decode("utf-8")
 
     # ------------------------------------------------------------------ server events
+
+    @staticmethod
+    def sends(event: Any, dialect: Dialect) -> bool:
+        """Whether a client speaking ``dialect`` gets ``event`` at all."""
+        return dialect is Dialect.GA or event.type not in GA_ONLY_EVENTS
 
     def encode_server(self, event: Any, dialect: Dialect = Dialect.GA) -> str:
         """Serialise a server event in ``dialect``."""

@@ -5,11 +5,11 @@
 pure functions giving the Realtime event sequence that opens and closes a response, in
 the API's order::
 
-    response.created, response.output_item.added, conversation.item.created,
+    response.created, response.output_item.added, conversation.item.added,
     response.content_part.added, ... deltas ...,
     response.output_audio.done (or response.output_text.done),
     response.output_audio_transcript.done, response.content_part.done,
-    response.output_item.done, response.done
+    response.output_item.done, conversation.item.done, response.done
 """
 
 from __future__ import annotations
@@ -83,6 +83,8 @@ class ActiveResponse:
     first_audio: bool = False
     pending_truncate: C.ConversationItemTruncate | None = None
     """A truncate of this item that waits for the response to finish."""
+    previous_item_id: str | None = None
+    """The item before this response's item in the conversation."""
 
     def part(self) -> S.ContentPart:
         if self.item.kind == "output_audio":
@@ -127,16 +129,15 @@ def response_shape(
     return modalities, max_tokens, metadata
 
 
-def opening_events(active: ActiveResponse, ids: IdFactory, previous_item_id: str | None
-                   ) -> list[Any]:
+def opening_events(active: ActiveResponse, ids: IdFactory) -> list[Any]:
     """``response.created`` .. ``response.content_part.added`` for a new response."""
     rid, item = active.response_id, active.item
     return [
         S.ResponseCreated(event_id=ids("event"), response=active.response("in_progress")),
         S.OutputItemAdded(event_id=ids("event"), response_id=rid,
                           item=S.Item(id=item.item_id, status="in_progress", role="assistant")),
-        S.ConversationItemCreated(event_id=ids("event"), previous_item_id=previous_item_id,
-                                  item=item.to_item()),
+        S.ConversationItemAdded(event_id=ids("event"), previous_item_id=active.previous_item_id,
+                                item=item.to_item()),
         S.ContentPartAdded(event_id=ids("event"), response_id=rid, item_id=item.item_id,
                            part=active.part()),
     ]
@@ -159,6 +160,9 @@ def closing_events(active: ActiveResponse, finished: B.ResponseFinished, ids: Id
                                  part=active.part()))
     out.append(S.OutputItemDone(event_id=ids("event"), response_id=rid,
                                 item=active.item.to_item()))
+    out.append(S.ConversationItemDone(event_id=ids("event"),
+                                      previous_item_id=active.previous_item_id,
+                                      item=active.item.to_item()))
     u = finished.usage
     usage = S.Usage(
         total_tokens=u.input_tokens + u.output_tokens,

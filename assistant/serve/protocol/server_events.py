@@ -53,7 +53,8 @@ __all__ = [
     "InputAudioBufferCleared",
     "ContentPart",
     "Item",
-    "ConversationItemCreated",
+    "ConversationItemAdded",
+    "ConversationItemDone",
     "ConversationItemRetrieved",
     "ConversationItemTruncated",
     "TranscriptionDelta",
@@ -136,8 +137,23 @@ class InputAudioBufferCleared:
 
 
 @dataclass(frozen=True, kw_only=True)
-class ConversationItemCreated:
-    type: Literal["conversation.item.created"] = "conversation.item.created"
+class ConversationItemAdded:
+    """An item joined the conversation (beta name: ``conversation.item.created``): a
+    committed user turn, a created item, or an assistant item as its response starts
+    (``status`` ``in_progress``, empty content)."""
+
+    type: Literal["conversation.item.added"] = "conversation.item.added"
+    event_id: str
+    previous_item_id: str | None = None
+    item: Item
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationItemDone:
+    """An item is final (GA only; beta clients never get it): a user item as soon as it
+    is added, an assistant item when its response ends."""
+
+    type: Literal["conversation.item.done"] = "conversation.item.done"
     event_id: str
     previous_item_id: str | None = None
     item: Item
@@ -314,7 +330,8 @@ ServerEvent = Annotated[
     | SpeechStopped
     | InputAudioBufferCommitted
     | InputAudioBufferCleared
-    | ConversationItemCreated
+    | ConversationItemAdded
+    | ConversationItemDone
     | ConversationItemRetrieved
     | ConversationItemTruncated
     | TranscriptionDelta
@@ -342,7 +359,8 @@ SERVER_EVENT_TYPES: tuple[type, ...] = (
     SpeechStopped,
     InputAudioBufferCommitted,
     InputAudioBufferCleared,
-    ConversationItemCreated,
+    ConversationItemAdded,
+    ConversationItemDone,
     ConversationItemRetrieved,
     ConversationItemTruncated,
     TranscriptionDelta,

@@ -301,7 +301,8 @@ class RealtimeServer:
         codec = self._codec
 
         async def send(event: Any) -> None:
-            await outbox.put(codec.encode_server(event, dialect))
+            if codec.sends(event, dialect):
+                await outbox.put(codec.encode_server(event, dialect))
 
         try:
             backend = self._factory(self._defaults)
