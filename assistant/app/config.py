@@ -139,6 +139,7 @@ class ServerConfig(_Section):
     max_sessions: int = Field(8, gt=0)
     max_message_bytes: int = Field(1_048_576, gt=0)
     session_queue: int = Field(256, gt=0)
+    audio_delta_ms: int = Field(100, ge=10, le=5000)
 
 
 class LoggingConfig(_Section):

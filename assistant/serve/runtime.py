@@ -41,6 +41,8 @@ class ServeRuntime:
     session_queue: int
     served: ServedModels
     defaults: SessionSettings
+    audio_delta_ms: int = 100
+    """Longest ``response.output_audio.delta`` (ms of audio)."""
 
     def backend_factory(self, settings: SessionSettings) -> SessionBackend:
         from assistant.serve.backend.pipeline_backend import PipelineBackend
@@ -126,7 +128,7 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
         vad_options=vad_options(cfg),
         asr_options=StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms),
         min_clause_chars=cfg.tts.min_clause_chars, session_queue=cfg.server.session_queue,
-        served=served, defaults=defaults,
+        served=served, defaults=defaults, audio_delta_ms=cfg.server.audio_delta_ms,
     )
 
 

@@ -122,3 +122,62 @@ def test_a_reply_the_user_talks_into_before_it_plays_is_withdrawn(serve_runtime:
         assert rt.engine_stats()["sequences"] == 0
 
     run(main(), timeout=240)
+
+
+class CountingVoice:
+    """The shared Piper voice, counting the clauses it is asked to speak."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.spoken: list[str] = []
+
+    @property
+    def sample_rate(self) -> int:
+        return int(self.inner.sample_rate)
+
+    def synthesize_span(self, text: str, **kwargs: Any) -> Any:
+        self.spoken.append(text)
+        return self.inner.synthesize_span(text, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_text_responses_are_not_spoken_and_audio_comes_in_small_deltas(serve_runtime: Any) -> None:
+    """A text response (``output_modalities: ["text"]``) never reaches the voice, so its
+    text is not held to speech pace; an audio response after it comes in pieces of at
+    most ``audio_delta_ms``."""
+    rt = serve_runtime
+    voice = CountingVoice(rt.models.synthesizer)
+    counted = dataclasses.replace(rt, models=dataclasses.replace(rt.models, synthesizer=voice),
+                                  audio_delta_ms=120)
+    manual = dataclasses.replace(rt.defaults, turn_detection=None)
+
+    async def main() -> None:
+        backend = counted.backend_factory(manual)
+        seen: list[Any] = []
+        try:
+            backend.add_text("user", "What is the capital of France?")
+            key = backend.create_response(B.ResponseRequest(output_modalities=("text",)))
+            done = await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished))
+            assert (done.response_key, done.status) == (key, "completed")
+            texts = [e.delta for e in seen if isinstance(e, B.ResponseText)]
+            assert done.text and "".join(texts).strip() == done.text.strip()
+            assert not any(isinstance(e, B.ResponseAudio) for e in seen)
+            assert voice.spoken == []
+            context = (await backend.context_text()).splitlines()
+            assert context[-1].rstrip() == f"assistant: {done.text}".rstrip()
+
+            seen.clear()
+            backend.add_text("user", "Say it again, please.")
+            backend.create_response(B.ResponseRequest())  # the session's modality: audio
+            again = await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished))
+            assert again.status == "completed" and voice.spoken
+            pieces = [len(e.pcm) // 2 for e in seen if isinstance(e, B.ResponseAudio)]
+            assert len(pieces) > len(voice.spoken) and max(pieces) <= 24000 * 120 // 1000
+            await backend.sequence_text()  # raises unless sequence == history
+        finally:
+            await backend.aclose()
+        rt.check_engine()
+
+    run(main(), timeout=180)

@@ -10,9 +10,13 @@
   the client's audio is kept for ``input_audio_buffer.commit``.
 - `NetworkSink`: a `NullSink` (playback modelled on the session clock: what a client
   playing the audio in real time has heard) that also sends every chunk to the client,
-  converted to 24 kHz int16, with the text it speaks.
+  converted to 24 kHz int16 and cut into pieces of ``delta_ms`` (the first piece carries
+  the text the chunk speaks), so a client can start playing at once.
 - `RecordingSynthesizer`: the shared TTS voice, keeping each turn's chunks and their word
-  timings, which is what maps a client's ``audio_end_ms`` to the words heard.
+  timings, which is what maps a client's ``audio_end_ms`` to the words heard. A turn
+  marked text-only (``output_modalities: ["text"]``) is not synthesised: its clauses
+  become silent chunks of no samples, so its text goes out as fast as it is generated
+  and the reply is over ("played") as soon as its text is.
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ from audio.clock import VirtualClock
 from audio.resample import resample
 from audio.sinks import NullSink
 from audio.sources import StreamConverter
-from audio.word_timing import TTSChunk
+from audio.word_timing import TTSChunk, estimate_words, split_words
 
-__all__ = ["NetworkSource", "NetworkSink", "RecordingSynthesizer"]
+__all__ = ["NetworkSource", "NetworkSink", "RecordingSynthesizer", "silent_span"]
 
 
 class NetworkSource:
@@ -161,20 +165,50 @@ class NetworkSource:
                 yield frame
 
 
+def silent_span(text: str, sample_rate: int, *, turn_id: int = 0, char_start: int = 0,
+                start_sample: int = 0, word_index: int = 0, token_start: int | None = None,
+                token_end: int | None = None) -> TTSChunk | None:
+    """``text`` as a chunk of no audio (None if it has no words, as a voice would say):
+    its words all end at sample 0, so it counts as heard in full the moment it is out."""
+    words = split_words(text)
+    if not words:
+        return None
+    return TTSChunk(turn_id=turn_id, pcm=np.zeros(0, np.int16), sample_rate=sample_rate,
+                    text=text, char_start=char_start, char_end=char_start + len(text),
+                    words=estimate_words(words, 0, char_offset=char_start),
+                    start_sample=start_sample, token_start=token_start, token_end=token_end,
+                    word_index=word_index)
+
+
 class RecordingSynthesizer:
-    """Wraps the shared `Synthesizer`; records each turn's chunks (thread-safe)."""
+    """Wraps the shared `Synthesizer`; records each turn's chunks, speaks text-only turns
+    silently (thread-safe: marks come from the event loop, synthesis runs on the TTS
+    worker)."""
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self._lock = threading.Lock()
         self._chunks: dict[int, list[TTSChunk]] = {}
+        self._text_only: set[int] = set()
 
     @property
     def sample_rate(self) -> int:
         return int(self.inner.sample_rate)
 
+    def set_text_only(self, turn_id: int, text_only: bool) -> None:
+        """Whether ``turn_id`` is text only (set before its first clause is spoken)."""
+        with self._lock:
+            if text_only:
+                self._text_only.add(turn_id)
+            else:
+                self._text_only.discard(turn_id)
+
     def synthesize_span(self, text: str, **kwargs: Any) -> TTSChunk | None:
-        chunk: TTSChunk | None = self.inner.synthesize_span(text, **kwargs)
+        turn = int(kwargs.get("turn_id", 0))
+        with self._lock:
+            silent = turn in self._text_only
+        chunk: TTSChunk | None = (silent_span(text, self.sample_rate, **kwargs) if silent
+                                  else self.inner.synthesize_span(text, **kwargs))
         if chunk is not None:
             with self._lock:
                 self._chunks.setdefault(chunk.turn_id, []).append(chunk)
@@ -189,6 +223,7 @@ class RecordingSynthesizer:
         with self._lock:
             for old in [t for t in self._chunks if t < turn_id]:
                 del self._chunks[old]
+            self._text_only = {t for t in self._text_only if t >= turn_id}
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -205,13 +240,19 @@ class NetworkSink(NullSink):
         recorder: RecordingSynthesizer,
         current_turn: Callable[[], int | None],
         emit: Callable[[int, str, bytes], None],
+        delta_ms: int = 100,
     ) -> None:
-        """``emit(turn_id, text, pcm)`` gets each chunk as sent: the words it speaks and
-        its 24 kHz int16 audio."""
+        """``emit(turn_id, text, pcm)`` gets each piece as sent: the words its chunk
+        speaks (with the chunk's first piece; empty for the others and for a chunk the
+        recorder does not know) and at most ``delta_ms`` of 24 kHz int16 audio (no audio
+        for a text-only chunk)."""
+        if delta_ms <= 0:
+            raise ValueError(f"delta_ms must be positive, got {delta_ms}")
         super().__init__(clock, sample_rate)
         self._recorder = recorder
         self._current_turn = current_turn
         self._emit = emit
+        self._piece = PROTOCOL_RATE * delta_ms // 1000
         self._sent: dict[int, tuple[int, int]] = {}  # turn -> (chunks sent, last char end)
 
     def write(self, chunk: AudioChunk) -> None:
@@ -228,5 +269,10 @@ class NetworkSink(NullSink):
             last_end = tts.char_end
         self._sent[turn] = (index + 1, last_end)
         pcm = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
-        wire = float_to_int16(resample(pcm, chunk.sample_rate, PROTOCOL_RATE))
-        self._emit(turn, text, wire.astype("<i2").tobytes())
+        if pcm.size == 0:  # a text-only chunk
+            self._emit(turn, text, b"")
+            return
+        wire = float_to_int16(resample(pcm, chunk.sample_rate, PROTOCOL_RATE)).astype("<i2")
+        for start in range(0, wire.size, self._piece):
+            self._emit(turn, text if start == 0 else "",
+                       wire[start:start + self._piece].tobytes())

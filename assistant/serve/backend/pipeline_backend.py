@@ -20,6 +20,8 @@ pipeline's public API:
 - ``session.update``: :meth:`Pipeline.update_settings` (generation options from the
   next turn, VAD at the end of the utterance in progress); changed instructions build a
   new pipeline before the first turn.
+- ``output_modalities: ["text"]`` (session or response): the turn is marked text-only on
+  the `RecordingSynthesizer`, which then makes silent chunks instead of speech.
 """
 
 from __future__ import annotations
@@ -67,11 +69,14 @@ class PipelineBackend:
         self._source.hold = settings.turn_detection is None
         self._recorder = RecordingSynthesizer(runtime.models.synthesizer)
         self._sink = NetworkSink(self._clock, self._recorder.sample_rate, recorder=self._recorder,
-                                 current_turn=self._playing_turn, emit=self._on_chunk)
+                                 current_turn=self._playing_turn, emit=self._on_chunk,
+                                 delta_ms=runtime.audio_delta_ms)
         self._pipeline: Pipeline | None = None
         self._ready = asyncio.Event()
         self._closed = False
         self._ledger = ResponseLedger()
+        self._requested_modalities: dict[int, tuple[str, ...]] = {}
+        """``response.create``'s output modalities by response key, until it starts."""
         transcriber = runtime.models.transcriber
         self._manual = ManualTurns(lambda pcm: transcriber.transcribe(pcm).text.strip())
         self._speech_start_ms = 0
@@ -267,6 +272,8 @@ class PipelineBackend:
                 "no_user_input",
                 "nothing to respond to: commit audio or create a user text item first")
         key = self._ledger.request()
+        if request.output_modalities is not None:
+            self._requested_modalities[key] = request.output_modalities
         self._spawn(self._start_requested(key, request.max_output_tokens), "response-create")
         return key
 
@@ -289,6 +296,7 @@ class PipelineBackend:
             self._fail_request(key, "busy")
 
     def _fail_request(self, key: int, reason: str) -> None:
+        self._requested_modalities.pop(key, None)
         if self._ledger.drop_request(key):
             self._emit(B.ResponseStarted(response_key=key))
             self._emit(B.ResponseFinished(response_key=key, status="failed", reason=reason))
@@ -355,7 +363,8 @@ class PipelineBackend:
             return
         if text:
             self._emit(B.ResponseText(response_key=key, delta=text))
-        self._emit(B.ResponseAudio(response_key=key, pcm=pcm))
+        if pcm:
+            self._emit(B.ResponseAudio(response_key=key, pcm=pcm))
 
     def _on_entry(self, entry: L.Entry) -> None:
         handler = _ENTRY_HANDLERS.get(type(entry))
@@ -388,6 +397,10 @@ class PipelineBackend:
         key = self._ledger.start(entry.turn_id, B.TokenUsage(
             input_tokens=entry.prompt_tokens_reused + entry.prompt_tokens_computed,
             cached_tokens=entry.prompt_tokens_reused))
+        # Text only: no speech, so the text goes out as it is generated (the TTS worker
+        # speaks this turn's clauses after this, in order).
+        modalities = self._requested_modalities.pop(key, self._settings.output_modalities)
+        self._recorder.set_text_only(entry.turn_id, "audio" not in modalities)
         self._recorder.forget_before(entry.turn_id - 4)
         self._ledger.forget_before(entry.turn_id - 4)
         self._emit(B.ResponseStarted(response_key=key))
