@@ -68,7 +68,7 @@ class Job:
         self._tokenizer = tokenizer
         context = (list(seq.tokens) + self._prompt)[-_CONTEXT_TOKENS:]
         self._detok = IncrementalDetokenizer(tokenizer, context)
-        self._sampler = Sampler(params)
+        self._sampler = Sampler(params, exempt=self._stop_ids)
         self._inbox: deque[TokenEvent] = deque()
         self._cancel = threading.Event()
 
@@ -114,7 +114,7 @@ class Job:
             return []
         self._base = len(seq)
         self.state = JobState.DECODE
-        return self._on_token(self._sampler.sample(seq.next_logits()))
+        return self._on_token(self._sampler.sample(seq.next_logits(), self.recent()))
 
     def decode_item(self) -> DecodeItem:
         assert self._pending is not None
@@ -131,11 +131,15 @@ class Job:
     def sampler(self) -> Sampler:
         return self._sampler
 
+    def recent(self) -> list[int]:
+        """The sequence's last ids the repetition penalty looks at (none without one)."""
+        return self.seq.tail(self._sampler.window)
+
     def sample_next(self, token_id: int | None = None) -> list[TokenEvent]:
         """Take the next token: `token_id` when the scheduler sampled the whole batch at
         once (`engine.sampler.sample_batch`), else sample the sequence's logits."""
         if token_id is None:
-            token_id = self._sampler.sample(self.seq.next_logits())
+            token_id = self._sampler.sample(self.seq.next_logits(), self.recent())
         return self._on_token(token_id)
 
     def finish_cancelled(self) -> list[TokenEvent]:

@@ -40,6 +40,13 @@ class SamplingParams:
     end_of_turn: tuple[int, ...] = ()
     """Token ids appended to the sequence when the generation finishes (not on cancel),
     e.g. the chat template's end-of-turn ids, so the cache holds a closed turn."""
+    repetition_penalty: float = 1.0
+    """Penalty on every token id among the sequence's last `repetition_window` ids (the
+    CTRL / llama.cpp ``repeat_penalty``: positive logits divided by it, negative ones
+    multiplied); 1.0 disables it. Stop ids are never penalised."""
+    repetition_window: int = 64
+    """How many of the sequence's last ids the penalty looks at (prompt included, so a
+    reply adopted from a speculative fork is penalised exactly as if generated live)."""
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -50,6 +57,10 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < 0:
             raise ValueError(f"top_k must be >= 0, got {self.top_k}")
+        if self.repetition_penalty <= 0.0:
+            raise ValueError(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
+        if self.repetition_window < 0:
+            raise ValueError(f"repetition_window must be >= 0, got {self.repetition_window}")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must not be empty")
         # Accept lists from callers; store tuples so the object stays hashable and frozen.

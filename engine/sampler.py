@@ -1,4 +1,5 @@
-"""Token sampling from next-token logits: greedy, temperature, top-k, top-p.
+"""Token sampling from next-token logits: repetition penalty, then greedy, temperature,
+top-k, top-p.
 
 Each generation owns a seeded `torch.Generator`, so a seed reproduces its samples
 whatever else runs in the same batch.
@@ -11,23 +12,51 @@ from typing import TYPE_CHECKING
 from engine.params import SamplingParams
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Collection, Sequence
 
     import torch
 
-__all__ = ["Sampler", "sample_batch"]
+__all__ = ["Sampler", "sample_batch", "penalize"]
+
+
+def penalize(logits: torch.Tensor, recent: Collection[int], penalty: float,
+             exempt: Collection[int] = ()) -> torch.Tensor:
+    """``logits`` with every id in ``recent`` (but not in ``exempt``) made less likely:
+    positive scores divided by ``penalty``, negative ones multiplied (CTRL, Keskar et al.
+    2019; llama.cpp's ``repeat_penalty``). Each id counts once however often it occurs.
+    Returns a new tensor; ``penalty`` 1.0 or nothing recent returns ``logits`` itself."""
+    import torch
+
+    ids = sorted(set(recent) - set(exempt))
+    if penalty == 1.0 or not ids:
+        return logits
+    index = torch.tensor(ids, dtype=torch.long)
+    scores = logits.float().clone()
+    picked = scores[index]
+    scores[index] = torch.where(picked > 0, picked / penalty, picked * penalty)
+    return scores
 
 
 class Sampler:
-    def __init__(self, params: SamplingParams) -> None:
+    def __init__(self, params: SamplingParams, exempt: Collection[int] = ()) -> None:
         self.params = params
+        self.exempt = frozenset(exempt)
+        """Ids the repetition penalty never touches (the generation's stop ids)."""
         self._generator: torch.Generator | None = None
 
-    def sample(self, logits: torch.Tensor) -> int:
-        """One token id from a ``[vocab]`` float logits row."""
+    @property
+    def window(self) -> int:
+        """How many recent ids :meth:`sample` wants (0 when there is no penalty)."""
+        p = self.params
+        return p.repetition_window if p.repetition_penalty != 1.0 else 0
+
+    def sample(self, logits: torch.Tensor, recent: Collection[int] = ()) -> int:
+        """One token id from a ``[vocab]`` float logits row; ``recent`` are the
+        sequence's last :attr:`window` ids, for the repetition penalty."""
         import torch
 
         params = self.params
+        logits = penalize(logits, recent, params.repetition_penalty, self.exempt)
         if params.temperature == 0.0:
             return int(torch.argmax(logits))
         scores = logits.float() / params.temperature
@@ -47,20 +76,24 @@ class Sampler:
         return int(torch.multinomial(probs, 1, generator=self._generator))
 
 
-def sample_batch(samplers: Sequence[Sampler], logits: torch.Tensor) -> list[int]:
-    """One token id per row of ``[B, vocab]`` logits: every greedy row in one argmax over
-    the batch, the others through their own sampler (and seeded generator)."""
+def sample_batch(samplers: Sequence[Sampler], logits: torch.Tensor,
+                 recent: Sequence[Collection[int]] | None = None) -> list[int]:
+    """One token id per row of ``[B, vocab]`` logits: the greedy rows without a penalty in
+    one argmax over the batch, the others through their own sampler (and seeded
+    generator). ``recent[row]`` feeds that row's repetition penalty."""
     import torch
 
     if len(samplers) != logits.shape[0]:
         raise ValueError(f"{len(samplers)} samplers for {logits.shape[0]} logits rows")
-    greedy = [row for row, s in enumerate(samplers) if s.params.temperature == 0.0]
+    plain = [row for row, s in enumerate(samplers)
+             if s.params.temperature == 0.0 and not s.window]
     chosen: list[int] = [0] * len(samplers)
-    if greedy:
-        rows = logits if len(greedy) == len(samplers) else logits[torch.tensor(greedy)]
-        for row, token in zip(greedy, rows.argmax(dim=-1).tolist(), strict=True):
+    if plain:
+        rows = logits if len(plain) == len(samplers) else logits[torch.tensor(plain)]
+        for row, token in zip(plain, rows.argmax(dim=-1).tolist(), strict=True):
             chosen[row] = int(token)
+    done = set(plain)
     for row, sampler in enumerate(samplers):
-        if sampler.params.temperature != 0.0:
-            chosen[row] = sampler.sample(logits[row])
+        if row not in done:
+            chosen[row] = sampler.sample(logits[row], recent[row] if recent else ())
     return chosen

@@ -120,7 +120,8 @@ class Scheduler:
             raise
         for row, job in enumerate(batch):
             job.on_decoded(logits[row])
-        choices = sample_batch([job.sampler for job in batch], logits)
+        choices = sample_batch([job.sampler for job in batch], logits,
+                               [job.recent() for job in batch])
         events: list[TokenEvent] = []
         failed: list[int] = []
         error: BaseException | None = None

@@ -74,6 +74,10 @@ class Sequence:
         """Token ids whose K/V is in the cache, in order."""
         return tuple(self._tokens)
 
+    def tail(self, n_tokens: int) -> list[int]:
+        """The last ``n_tokens`` ids (fewer if the sequence is shorter)."""
+        return self._tokens[-n_tokens:] if n_tokens > 0 else []
+
     @property
     def page_table(self) -> tuple[int, ...]:
         return tuple(self._pages)

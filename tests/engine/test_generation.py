@@ -271,3 +271,28 @@ def test_a_failing_job_is_named_and_the_other_jobs_of_the_step_go_on() -> None:
         assert failures == [(doomed.job_id,)]
         assert ok.result is not None and ok.result.token_ids == (65, 65, 65, 65)
         assert_cache_matches(engine, runner)
+
+
+def test_repetition_penalty_looks_at_the_sequence_so_a_fork_continues_identically() -> None:
+    """The penalty reads the sequence's last ids (prompt included), not the job's own
+    tokens, so generating N then N more on a fork equals generating 2N at once."""
+    from engine.sampler import penalize
+
+    engine, runner = make_engine(page_size=PS, vocab_size=16)
+    params = SamplingParams(max_new_tokens=12, repetition_penalty=4.0, repetition_window=8)
+    prompt = [5, 6, 7, 8, 9, 5, 6]
+    with engine.sequence() as whole:
+        at_once = [e.token_id for e in whole.generate(params, prompt_ids=prompt)]
+    half = SamplingParams(max_new_tokens=6, repetition_penalty=4.0, repetition_window=8)
+    with engine.sequence() as first:
+        head = [e.token_id for e in first.generate(half, prompt_ids=prompt)]
+        with first.fork() as second:
+            tail = [e.token_id for e in second.generate(half)]
+    assert head + tail == at_once
+    tokens, expected = list(prompt), []
+    for _ in range(12):
+        logits = penalize(runner.reference_logits(tokens), tokens[-8:], 4.0)
+        expected.append(int(torch.argmax(logits)))
+        tokens.append(expected[-1])
+    assert at_once == expected
+    assert at_once != greedy_reference(runner, prompt, 12)  # the penalty changed the path
