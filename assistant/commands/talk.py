@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import IO, Any
 
 from assistant.app.config import AppConfig
@@ -90,9 +90,12 @@ class TerminalView:
         self._partial = False
 
 
-async def converse(pipeline: Any, frames: Any, stop: asyncio.Event,
+async def converse(pipeline: Any, frames: AsyncIterator[Any], stop: asyncio.Event,
                    on_stop: Callable[[], None]) -> None:
-    """Feed ``frames`` (an async iterator) to ``pipeline`` until it ends or ``stop`` is set."""
+    """Feed ``frames`` to ``pipeline`` until they end or ``stop`` is set, then shut down
+    in order: ``on_stop`` (closes the microphone, which ends its frames), the feeder, the
+    pipeline (its worker threads), then ``frames`` themselves (a :class:`SourceThread`
+    joins its thread), so no thread is left posting to a loop about to close."""
     feeder = asyncio.create_task(pipeline.run(frames))
     stopper = asyncio.create_task(stop.wait())
     try:
@@ -103,6 +106,24 @@ async def converse(pipeline: Any, frames: Any, stop: asyncio.Event,
         on_stop()
         await cancel_and_wait(feeder, stopper, logger=_log, what="talk task")
         await pipeline.aclose()
+        close = getattr(frames, "aclose", None)
+        if close is not None:
+            await close()
+
+
+def stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Callable[[], None]:
+    """SIGINT and SIGTERM set ``stop`` (a clean end, not an exception); returns the undo."""
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread
+            loop.add_signal_handler(sig, stop.set)
+            installed.append(sig)
+
+    def undo() -> None:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+
+    return undo
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
@@ -120,20 +141,19 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     async def main() -> None:
         live = open_live_audio(cfg, models)
         clock, echo, sink, mic = live.clock, live.echo, live.sink, live.mic
-        pipeline = build_pipeline(models, cfg, clock=clock, sink=sink, echo=echo, virtual=False,
-                                  on_entry=view, pipeline_options=PipelineOptions(
-                                      output_gain_db=args.output_gain))
         stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(signal.SIGINT, stop.set)
-        print("listening -- speak; Ctrl-C to quit", file=sys.stderr)
+        undo_signals = stop_on_signals(asyncio.get_running_loop(), stop)
         try:
-            await converse(pipeline, threaded_frames(iter(mic)), stop, mic.close)
+            pipeline = build_pipeline(models, cfg, clock=clock, sink=sink, echo=echo,
+                                      virtual=False, on_entry=view,
+                                      pipeline_options=PipelineOptions(
+                                          output_gain_db=args.output_gain))
+            print("listening -- speak; Ctrl-C to quit", file=sys.stderr, flush=True)
+            await converse(pipeline, threaded_frames(mic), stop, mic.close)
         finally:
+            mic.close()  # idempotent; the speaker goes only after the pipeline stopped
             sink.close()
-            with contextlib.suppress(NotImplementedError):
-                loop.remove_signal_handler(signal.SIGINT)
+            undo_signals()
 
     try:
         asyncio.run(main())

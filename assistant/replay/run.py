@@ -17,9 +17,8 @@ from __future__ import annotations
 import asyncio
 import json
 import tempfile
-import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from assistant.app.config import AppConfig
 from assistant.loop.event_log import Entry, write_jsonl
 from assistant.loop.pipeline import PipelineOptions, PipelineResult
 from assistant.loop.setup import LoopModels, build_pipeline, echo_options
+from assistant.replay.source_thread import SourceThread
 from audio.chunk import AudioChunk
 from audio.errors import AudioFileError
 
@@ -92,28 +92,10 @@ class _Room:
                           frame.start_sample)
 
 
-async def threaded_frames(frames: Iterator[AudioChunk]) -> AsyncIterator[AudioChunk]:
-    """Iterate a blocking (clock-paced) frame source on a thread."""
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[AudioChunk | None] = asyncio.Queue()
-    stop = threading.Event()
-
-    def pump() -> None:
-        try:
-            for frame in frames:
-                if stop.is_set():
-                    break
-                loop.call_soon_threadsafe(queue.put_nowait, frame)
-        finally:
-            loop.call_soon_threadsafe(queue.put_nowait, None)
-
-    thread = threading.Thread(target=pump, name="assistant-source", daemon=True)
-    thread.start()
-    try:
-        while (frame := await queue.get()) is not None:
-            yield frame
-    finally:
-        stop.set()
+def threaded_frames(frames: Iterable[AudioChunk]) -> SourceThread[AudioChunk]:
+    """Iterate a blocking (clock-paced) frame source on a thread; the caller owns it and
+    must ``await aclose()`` it (which joins the thread) before the loop closes."""
+    return SourceThread(frames)
 
 
 async def replay(models: LoopModels, cfg: AppConfig, wav: Path, options: ReplayOptions,
@@ -154,7 +136,8 @@ async def replay(models: LoopModels, cfg: AppConfig, wav: Path, options: ReplayO
                 frames = (room.mix(f) for f in frames)
             if options.realtime:
                 gate.start()
-                await pipeline.run(threaded_frames(frames))
+                async with threaded_frames(frames) as paced:  # the clock waits off the loop
+                    await pipeline.run(paced)
             else:
                 await pipeline.run(frames)
             await pipeline.run_tail(cfg.audio.frame_ms)

@@ -54,3 +54,29 @@ def test_models_no_load_lists_three_models() -> None:
     assert proc.returncode == 0, proc.stderr
     roles = [m["role"] for m in json.loads(proc.stdout)]
     assert roles == ["asr", "tts", "llm"]
+
+
+def test_sigterm_unwinds_a_command_like_ctrl_c(monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import signal
+    import time
+
+    import assistant.commands.config as config_command
+
+    unwound: list[bool] = []
+
+    def busy(args: object, cfg: object) -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(10)  # the handler raises here
+            return 0
+        finally:
+            unwound.append(True)
+
+    before = signal.getsignal(signal.SIGTERM)
+    monkeypatch.setattr(config_command, "run", busy)
+    assert main(["config"]) == 143
+    assert unwound == [True]
+    assert capsys.readouterr().err == "terminated\n"
+    assert signal.getsignal(signal.SIGTERM) is before  # restored after the command

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -57,6 +57,49 @@ def test_ctrl_c_stops_the_mic_and_closes_the_pipeline() -> None:
 
     pipeline = asyncio.run(scenario())
     assert pipeline.closed and stopped == [True] and pipeline.frames > 0
+
+
+def test_shutdown_order_mic_then_pipeline_then_the_source_thread_then_nothing_posts(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C: the mic closes (its frames end), the pipeline closes, and the source
+    thread is joined before ``converse`` returns, so the loop closes on no live thread."""
+    import threading
+
+    from assistant.replay.source_thread import SourceThread
+
+    errors: list[BaseException] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))
+    order: list[str] = []
+    closed = threading.Event()
+
+    def mic() -> Iterator[int]:
+        while not closed.wait(0.002):
+            yield 1
+        order.append("mic frames ended")
+
+    class OrderedPipeline(FakePipeline):
+        async def aclose(self) -> None:
+            order.append("pipeline closed")
+            await super().aclose()
+
+    def close_mic() -> None:
+        order.append("mic closed")
+        closed.set()
+
+    async def scenario() -> tuple[OrderedPipeline, SourceThread[int]]:
+        pipeline = OrderedPipeline()
+        source = SourceThread(mic())
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.05, stop.set)
+        await converse(pipeline, source, stop, close_mic)
+        order.append("source joined" if not source.alive else "source still running")
+        return pipeline, source
+
+    pipeline, _ = asyncio.run(scenario())
+    assert pipeline.frames > 0 and pipeline.closed
+    assert order[0] == "mic closed" and order[-1] == "source joined"
+    assert order.index("pipeline closed") < order.index("source joined")
+    assert errors == []
 
 
 def test_talk_without_audio_devices_is_a_clear_error(
