@@ -53,7 +53,12 @@ class DeviceInfo:
 
 
 def load_sounddevice() -> ModuleType:
-    """Import ``sounddevice`` or raise a :class:`DeviceError` saying how to get it."""
+    """Import ``sounddevice`` or raise a :class:`DeviceError` saying how to get it.
+
+    ALSA's own messages are routed to the log first (PortAudio probes ALSA on import)."""
+    from audio.alsa_messages import route_alsa_messages
+
+    route_alsa_messages()
     try:
         import sounddevice
     except ImportError as exc:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +66,8 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
             chunks.append(chunk)
             if speaker is not None:
                 speaker.play(chunk.pcm, chunk.sample_rate)
+        if speaker is not None:
+            speaker.drain()
     finally:
         if speaker is not None:
             speaker.close()
@@ -92,19 +95,20 @@ class _Speaker:
     """Blocking playback on a PortAudio output stream (opened before any synthesis)."""
 
     def __init__(self, device: str | int | None) -> None:
+        from audio.devices import load_sounddevice
         from audio.errors import DeviceError
 
         try:
-            import sounddevice as sd
-        except (ImportError, OSError) as exc:
-            raise DeviceError(
-                f"cannot play audio: sounddevice/PortAudio unavailable ({exc}); "
-                "write a file with -o out.wav instead"
-            ) from None
+            sd = load_sounddevice()
+        except DeviceError as exc:
+            raise DeviceError(f"cannot play audio: {exc}; write a file with -o out.wav "
+                              "instead") from None
         self._sd: Any = sd
         self._device = device
         self._stream: Any = None
         self._rate = 0
+        self._capacity = 0  # frames the stream buffers (write_available when empty)
+        self._drained = True
         try:
             sd.query_devices(device, kind="output")
         except Exception as exc:  # PortAudioError or ValueError: no such device
@@ -116,20 +120,42 @@ class _Speaker:
 
         try:
             if self._stream is None or self._rate != sample_rate:
+                self.drain()
                 self.close()
                 self._stream = self._sd.OutputStream(
                     samplerate=sample_rate, channels=1, dtype="int16", device=self._device
                 )
                 self._stream.start()
                 self._rate = sample_rate
-            self._stream.write(pcm.reshape(-1, 1))
+                self._capacity = int(self._stream.write_available)
+            # Short blocking writes: Python gets control (and Ctrl-C) every 50 ms.
+            data, step = pcm.reshape(-1, 1), max(1, sample_rate // 20)
+            for lo in range(0, data.shape[0], step):
+                self._stream.write(data[lo : lo + step])
+            self._drained = False
         except self._sd.PortAudioError as exc:
             raise DeviceError(f"audio output failed: {exc}") from None
 
+    def drain(self) -> None:
+        """Wait until everything written has played (polling, so Ctrl-C is prompt)."""
+        stream = self._stream
+        if stream is None or self._drained:
+            return
+        deadline = time.monotonic() + self._capacity / max(1, self._rate) + 2.0
+        while stream.write_available < self._capacity and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(float(stream.latency))  # the last buffer on its way to the speaker
+        self._drained = True
+
     def close(self) -> None:
+        """Release the device: after :meth:`drain` a clean stop, otherwise (Ctrl-C, an
+        error) an abort that drops what is still queued at once."""
         if self._stream is not None:
             stream, self._stream = self._stream, None
             try:
-                stream.stop()
+                if self._drained:
+                    stream.stop()
+                else:
+                    stream.abort()
             finally:
                 stream.close()

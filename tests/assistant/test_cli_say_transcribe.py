@@ -127,8 +127,14 @@ class _FakeStream:
         assert frames.dtype == np.int16 and frames.ndim == 2
         self.log.append(("write", frames.shape[0]))
 
+    write_available = 4096  # the buffer is always empty: drain returns at once
+    latency = 0.0
+
     def stop(self) -> None:
         self.log.append(("stop", 0))
+
+    def abort(self) -> None:
+        self.log.append(("abort", 0))
 
     def close(self) -> None:
         self.log.append(("close", 0))
@@ -150,6 +156,7 @@ def test_say_plays_each_sentence_on_the_output_device(
     code, _, err = _run(capsys, "say", "One short sentence. And another one.", "--words")
     assert code == 0, err
     writes = [n for what, n in log if what == "write"]
-    assert log[0] == ("open", 22050) and len(writes) == 2  # streamed sentence by sentence
-    assert [what for what, _ in log[-2:]] == ["stop", "close"]
+    assert log[0] == ("open", 22050)
+    assert max(writes) <= 22050 // 20  # short writes: Ctrl-C is never stuck in one
+    assert [what for what, _ in log[-2:]] == ["stop", "close"]  # drained, then stopped
     assert sum(writes) > 22050
