@@ -25,14 +25,25 @@ $(STAMP): pyproject.toml
 # System libraries: PortAudio for sounddevice (live mic/speaker only) and espeak-ng
 # (a second voice for test scenarios). Installed when missing and we can; otherwise a
 # note, since only `assistant talk` needs PortAudio and tests skip without espeak-ng.
+# PulseAudio, its client tools and ALSA's pulse plugin run tests/live (talk, say and
+# serve through virtual devices on a private server; they skip without them); they
+# are installed without recommends (a desktop session's worth of packages).
 sysdeps:
-	@missing=""; \
+	@missing=""; lean=""; \
 	ldconfig -p 2>/dev/null | grep -q libportaudio || missing="$$missing libportaudio2"; \
 	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
+	command -v pulseaudio >/dev/null || lean="$$lean pulseaudio"; \
+	command -v parec >/dev/null || lean="$$lean pulseaudio-utils"; \
+	ls /usr/lib/*/alsa-lib/libasound_module_pcm_pulse.so >/dev/null 2>&1 \
+	  || lean="$$lean libasound2-plugins"; \
+	missing="$$missing$$lean"; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing system packages:$$missing"; \
-	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null) \
+	    (apt-get update -qq \
+	     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $${missing%"$$lean"} >/dev/null \
+	     && { [ -z "$$lean" ] || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	          --no-install-recommends $$lean >/dev/null; }) \
 	      || echo "note: could not install$$missing (live audio / some tests will be unavailable)"; \
 	  else \
 	    echo "note: missing system packages:$$missing (install them with your package manager)"; \
