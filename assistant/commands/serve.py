@@ -16,7 +16,8 @@ Run the assistant as a WebSocket daemon that speaks a subset of the OpenAI Realt
 so existing Realtime clients work unchanged: point the OpenAI SDK's websocket_base_url at
 ws://HOST:PORT/v1. Many sessions share one engine (decode steps are batched, the system
 prompt's KV pages are shared). Loopback only by default; a non-loopback --host requires
---token-file. GET /healthz and /metrics (Prometheus) are served on the same port.
+--token-file. GET /healthz and /metrics (Prometheus) are served on the same port, and
+GET / is a web page to talk to the assistant from a browser.
 SIGTERM finishes or cancels responses in progress and closes sockets with a reason.
 """
 
@@ -138,6 +139,7 @@ async def _serve(cfg: AppConfig, options: Any, *, local_audio: bool) -> int:
         await server.start()
         print(f"listening on {server.url}/realtime  (healthz, metrics on the same port)",
               flush=True)
+        print(f"talk from a browser: {server.page_url}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

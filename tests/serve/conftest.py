@@ -22,3 +22,17 @@ def serve_runtime(llm_dir: Path) -> Any:
     cfg = load_config(CONFIG, env={}, overrides={"llm.max_new_tokens": 40})
     return runtime_from_models(cfg, load_models(cfg, deterministic_tts=True))
 
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """A headless Chromium to drive with playwright (skips with the reason when absent)."""
+    from tests.serve.browser import find_chromium
+
+    pytest.importorskip("playwright.async_api",
+                        reason="python playwright is not installed (pip install -e '.[dev]')")
+    path = find_chromium()
+    if path is None:
+        pytest.skip("no Chromium: `make sysdeps` installs Debian's chromium as root, or set "
+                    "ASSISTANT_CHROMIUM=/path/to/chromium")
+    return path

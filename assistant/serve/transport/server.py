@@ -10,6 +10,10 @@ WebSocket paths: ``/v1/realtime`` (what the OpenAI SDK builds from
 ``websocket_base_url="ws://HOST:PORT/v1"``) and ``/realtime``. The older event names
 are used for a client that sends ``OpenAI-Beta: realtime=v1`` (or offers the
 ``openai-beta.realtime-v1`` subprotocol).
+
+``GET /`` is the browser client (:mod:`~assistant.serve.transport.web`). Its own
+origin (``http://127.0.0.1:PORT``, ``localhost``, ``[::1]`` on a loopback daemon) may
+open sessions without a token; any other web page still may not.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from assistant.serve.transport.connection import (
 )
 from assistant.serve.transport.limits import Admission, Outbox, ServerLimits
 from assistant.serve.transport.metrics import CONTENT_TYPE_LATEST, EngineGauges, ServerMetrics
+from assistant.serve.transport.web import WebAssets
 
 __all__ = ["ServerOptions", "RealtimeServer", "WS_PATHS"]
 
@@ -84,7 +89,8 @@ class RealtimeServer:
         session_ids: Callable[[], str] = _new_session_id,
         clock: Callable[[], float] | None = None,
     ) -> None:
-        if not is_loopback(options.host) and options.token is None:
+        self._loopback = is_loopback(options.host)
+        if not self._loopback and options.token is None:
             raise UserError(
                 f"--host {options.host} is not a loopback address: a bearer token is "
                 "required (--token-file FILE or server.token_file)"
@@ -98,6 +104,7 @@ class RealtimeServer:
         self._clock = clock
         self._codec = Codec()
         self._auth = Authenticator(options.token)
+        self._web = WebAssets()
         self._admission = Admission(options.limits.max_sessions)
         self._connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -139,6 +146,11 @@ class RealtimeServer:
         if ":" in host:
             host = f"[{host}]"
         return f"ws://{host}:{self.port}/v1"
+
+    @property
+    def page_url(self) -> str:
+        """Where a browser finds the web page."""
+        return self.url.replace("ws://", "http://", 1).removesuffix("/v1") + "/"
 
     @property
     def active_sessions(self) -> int:
@@ -209,9 +221,27 @@ class RealtimeServer:
                 connection, HTTPStatus.OK, self.metrics.render().decode("utf-8"),
                 CONTENT_TYPE_LATEST,
             )
+        asset = self._web.get(path)
+        if asset is not None:
+            return self._file(connection, asset.body, asset.content_type)
         if path not in WS_PATHS:
             return self._text(connection, HTTPStatus.NOT_FOUND, f"not found: {path}\n")
         return self._authorize(connection, headers)
+
+    def _file(self, connection: ServerConnection, body: bytes, content_type: str) -> Response:
+        response = self._text(connection, HTTPStatus.OK, "", content_type)
+        del response.headers["Content-Length"]
+        response.headers["Content-Length"] = str(len(body))
+        for name, value in WebAssets.headers().items():
+            response.headers[name] = value
+        response.body = body
+        return response
+
+    def _page_origins(self) -> tuple[str, ...]:
+        """Origins of the daemon's own page (only a loopback daemon serves it tokenless)."""
+        if not self._loopback:
+            return ()
+        return tuple(f"http://{host}:{self.port}" for host in ("127.0.0.1", "localhost", "[::1]"))
 
     def _authorize(self, connection: ServerConnection, headers: Headers) -> Response | None:
         origin = headers.get("Origin")
@@ -219,6 +249,7 @@ class RealtimeServer:
             origin is not None
             and not self._auth.required
             and origin not in self.options.allowed_origins
+            and origin not in self._page_origins()
         ):
             self.metrics.sessions_rejected.labels(reason="origin").inc()
             return self._text(
