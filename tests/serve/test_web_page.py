@@ -63,7 +63,8 @@ def test_everything_the_page_loads_is_served_by_the_daemon() -> None:
     assert app is not None
     refs = re.findall(r'(?:src|href)="([^"]+)"', html)
     refs += re.findall(r'addModule\("([^"]+)"\)', app.body.decode())
-    assert "capture-worklet.js" in refs and "app.js" in refs and "style.css" in refs
+    refs += [m.removeprefix("./") for m in re.findall(r'from "([^"]+)"', app.body.decode())]
+    assert {"app.js", "audio.js", "capture-worklet.js", "style.css"} <= set(refs)
     for ref in refs:
         if not ref.startswith("data:"):
             assert assets.get("/" + ref) is not None, ref

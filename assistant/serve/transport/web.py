@@ -18,6 +18,7 @@ WEB_FILES: dict[str, tuple[str, str]] = {
     "/": ("index.html", "text/html; charset=utf-8"),
     "/index.html": ("index.html", "text/html; charset=utf-8"),
     "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+    "/audio.js": ("audio.js", "text/javascript; charset=utf-8"),
     "/capture-worklet.js": ("capture-worklet.js", "text/javascript; charset=utf-8"),
     "/style.css": ("style.css", "text/css; charset=utf-8"),
 }
