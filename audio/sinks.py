@@ -308,6 +308,11 @@ class SpeakerSink:
             return None
         return StreamResampler(self.sample_rate, self.device_rate, 1, "float32")
 
+    @property
+    def latency_s(self) -> float:
+        """The output latency PortAudio reports for the stream (seconds)."""
+        return float(getattr(self._stream, "latency", 0.0) or 0.0)
+
     def _to_sink(self, device_samples: int) -> int:
         return device_samples * self.sample_rate // self.device_rate
 

@@ -1,0 +1,203 @@
+"""Benchmark the live path through a real audio server, beside ``--realtime`` replay.
+
+Not a test: prints a table. One recorded conversation (``bench_loop``'s questions and
+interrupted stories) is run twice with the same models:
+
+- replay ``--realtime``: the WAV is the microphone, a WAV sink the speaker (no devices);
+- live: the same pipeline as ``assistant talk`` on PortAudio -> ALSA -> a private
+  PulseAudio server (``audio/virtual_server.py``); the WAV is played into the virtual
+  microphone in real time and the bus (microphone and speaker on one clock) recorded.
+
+Reported (ms, wall clock): voice-to-voice and barge-in detection -> playback stopped as
+the pipeline measures them (replay and live), voice-to-voice and barge-in onset ->
+silence as the bus shows them, and what the audio stack adds: the microphone's delivery
+lag (ADC time -> frame in the loop) and the speaker's reported output latency.
+
+    .venv/bin/python bench/bench_live.py [--questions N] [--keep DIR]
+
+Needs Debian's pulseaudio, pulseaudio-utils and libasound2-plugins (``make sysdeps``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from bench_loop import QUESTIONS, ROOM_MS, STORY
+
+from assistant.app.config import AppConfig, default_config_path, load_config
+from assistant.app.report import format_table
+from assistant.loop import event_log as log
+from assistant.loop.metrics import Metrics, percentile
+from assistant.loop.pipeline import PipelineOptions
+from assistant.loop.setup import LoopModels, build_pipeline, load_models, open_live_audio
+from assistant.replay.run import ReplayOptions, replay_sync, threaded_frames
+from assistant.replay.scenario import Say, render_scenario
+from audio.chunk import AudioChunk
+from audio.virtual_server import BUS_RATE, VirtualAudioServer, missing_packages
+from audio.wav import write_wav
+
+WINDOW = BUS_RATE // 100  # 10 ms
+
+
+def build_input(models: LoopModels, n_questions: int, barge_in_ms: int, path: Path) -> None:
+    """``bench_loop``'s questions, then two stories cut off ``barge_in_ms`` after the
+    request ends (late enough that the reply is playing on a slow, shared CPU)."""
+    parts = [Say(q, gap_ms=0 if i == 0 else ROOM_MS) for i, q in enumerate(QUESTIONS[:n_questions])]
+    for _ in range(2):
+        parts.append(Say(STORY, gap_ms=ROOM_MS))
+        parts.append(Say("Stop, please.", gap_ms=barge_in_ms))
+    scenario = render_scenario(parts, models.synthesizer, tail_ms=3000)
+    write_wav(path, scenario.pcm, scenario.sample_rate)
+
+
+@dataclass
+class LiveRun:
+    metrics: Metrics
+    bus: np.ndarray
+    mic_lag_ms: list[float] = field(default_factory=list)
+    """Per mic frame: loop clock when the frame reached the loop - its ADC end time."""
+    output_latency_ms: float = 0.0
+    """PortAudio's reported output latency of the speaker stream."""
+
+
+def _spans(channel: np.ndarray, merge_ms: int, threshold: float = 3e-3) -> list[tuple[float, float]]:
+    n = channel.size // WINDOW * WINDOW
+    rms = np.sqrt(np.mean(np.square(channel[:n].reshape(-1, WINDOW), dtype=np.float64), axis=1))
+    out: list[list[int]] = []
+    for i in np.flatnonzero(rms > threshold):
+        if out and (i - out[-1][1]) * 10 < merge_ms:
+            out[-1][1] = i + 1
+        else:
+            out.append([i, i + 1])
+    return [(a / 100, b / 100) for a, b in out if (b - a) >= 10]
+
+
+def bus_figures(bus: np.ndarray) -> tuple[list[float], list[float]]:
+    """(voice-to-voice, barge-in onset -> silence) in ms, read off the bus recording."""
+    users = _spans(bus[:, 0], merge_ms=700)
+    speech = _spans(bus[:, 1], merge_ms=400)
+    v2v, cut = [], []
+    for k, (start, end) in enumerate(users):
+        inside = [s for s in speech if s[0] < start < s[1]]
+        if inside:
+            cut.append(1000 * (inside[0][1] - start))
+        next_user = users[k + 1][0] if k + 1 < len(users) else float("inf")
+        after = [s for s in speech if end <= s[0] < next_user]
+        if after:
+            v2v.append(1000 * (after[0][0] - end))
+    return v2v, cut
+
+
+async def live_run(models: LoopModels, cfg: AppConfig, wav: Path,
+                   server: VirtualAudioServer, tail_s: float = 8.0) -> LiveRun:
+    live = open_live_audio(cfg, models)
+    entries: list[log.Entry] = []
+    pipeline = build_pipeline(models, cfg, clock=live.clock, sink=live.sink, echo=live.echo,
+                              virtual=False, on_entry=entries.append,
+                              pipeline_options=PipelineOptions(output_gain_db=-20.0))  # as talk
+    lags: list[float] = []
+    rate = cfg.audio.sample_rate
+
+    def timed(frames: Iterator[AudioChunk]) -> Iterator[AudioChunk]:
+        for frame in frames:
+            now = live.clock.now_samples()
+            lags.append(1000 * (now - frame.end_sample * live.clock.sample_rate // rate)
+                        / live.clock.sample_rate)
+            yield frame
+
+    recorder = server.record()
+    source = threaded_frames(timed(iter(live.mic)))
+    feeder = asyncio.create_task(pipeline.run(source))
+    try:
+        await asyncio.sleep(1.0)  # the streams are up
+        await asyncio.to_thread(server.feed, wav)
+        waited = 0.0
+        while waited < tail_s and not pipeline.is_idle():
+            await asyncio.sleep(0.1)
+            waited += 0.1
+        await asyncio.sleep(1.0)
+        await pipeline.settle_workers()
+        result = await pipeline.finish()
+    finally:
+        live.mic.close()
+        feeder.cancel()
+        await asyncio.gather(feeder, return_exceptions=True)
+        await pipeline.aclose()
+        await source.aclose()
+        latency = live.sink.latency_s
+        live.sink.close()
+        bus = recorder.stop()
+    return LiveRun(result.metrics, bus, lags, 1000 * latency)
+
+
+def ms(values: list[float] | tuple[int, ...], q: float) -> str:
+    v = percentile(tuple(values), q)
+    return "-" if v is None else f"{v:.0f}"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--questions", type=int, default=3)
+    parser.add_argument("--keep", type=Path, default=None, help="keep the input WAV here")
+    parser.add_argument("--barge-in-ms", type=int, default=6000,
+                        help="from the end of a story request to the 'Stop, please.'")
+    args = parser.parse_args()
+    missing = missing_packages()
+    if missing:
+        print("needs the Debian packages " + " ".join(missing), file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp, VirtualAudioServer(Path(tmp) / "pulse") as server:
+        # PortAudio reads this when it starts (sounddevice is imported on first use).
+        os.environ["PULSE_SERVER"] = server.env["PULSE_SERVER"]
+        cfg = load_config(default_config_path(), env={})
+        print("loading models ...", file=sys.stderr)
+        models = load_models(cfg)
+        try:
+            wav = (args.keep or Path(tmp)) / "bench_live_input.wav"
+            wav.parent.mkdir(parents=True, exist_ok=True)
+            build_input(models, args.questions, args.barge_in_ms, wav)
+            print("replaying in real time ...", file=sys.stderr)
+            replayed = replay_sync(models, cfg, wav, ReplayOptions(realtime=True)).result.metrics
+            print("live through the audio server ...", file=sys.stderr)
+            run = asyncio.run(live_run(models, cfg, wav, server))
+        finally:
+            models.close()
+    bus_v2v, bus_cut = bus_figures(run.bus)
+    live = run.metrics
+    rows = [
+        ["voice-to-voice, replay --realtime (pipeline)", ms(replayed.voice_to_voice_ms, 50),
+         ms(replayed.voice_to_voice_ms, 95), len(replayed.voice_to_voice_ms)],
+        ["voice-to-voice, live (pipeline's clock)", ms(live.voice_to_voice_ms, 50),
+         ms(live.voice_to_voice_ms, 95), len(live.voice_to_voice_ms)],
+        ["voice-to-voice, live (on the bus)", ms(bus_v2v, 50), ms(bus_v2v, 95), len(bus_v2v)],
+        ["barge-in detection -> stopped, replay", ms(replayed.barge_in_stop_ms, 50),
+         ms(replayed.barge_in_stop_ms, 95), len(replayed.barge_in_stop_ms)],
+        ["barge-in detection -> stopped, live", ms(live.barge_in_stop_ms, 50),
+         ms(live.barge_in_stop_ms, 95), len(live.barge_in_stop_ms)],
+        ["barge-in onset -> silence, live (on the bus)", ms(bus_cut, 50), ms(bus_cut, 95),
+         len(bus_cut)],
+        ["audio leaked after detection, live", ms(live.leaked_audio_ms, 50),
+         ms(live.leaked_audio_ms, 95), len(live.leaked_audio_ms)],
+        ["mic: ADC -> frame in the loop", ms(run.mic_lag_ms, 50), ms(run.mic_lag_ms, 95),
+         len(run.mic_lag_ms)],
+        ["speaker: reported output latency", f"{run.output_latency_ms:.0f}", "-", 1],
+    ]
+    print(format_table(["measure (ms)", "p50", "p95", "n"], rows))
+    p_replay = percentile(replayed.voice_to_voice_ms, 50)
+    p_bus = percentile(tuple(bus_v2v), 50)
+    if p_replay is not None and p_bus is not None:
+        print(f"\nlive on the bus - replay, voice-to-voice p50: {p_bus - p_replay:+.0f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
