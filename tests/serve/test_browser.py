@@ -147,9 +147,12 @@ def test_talking_over_the_reply_stops_playback_and_truncates_it(
                          > cut["context_time"] + 0.5)
             played = await page.evaluate(f"window.assistantClient.playedMs({cut['item_id']!r})")
             assert int(played) == cut["audio_end_ms"]  # nothing of it played after the stop
-            # What the daemon keeps is a word prefix of what it sent, and shorter.
+            # What the daemon keeps is a word prefix of what it sent; shorter, unless the
+            # page had played all it had received (a busy machine's TTS fell behind).
             sent, kept = _words(reply["text"]), _words(reply["heard"])
-            assert kept == sent[: len(kept)] and len(kept) < len(sent)
+            assert kept and kept == sent[: len(kept)]
+            if cut["audio_end_ms"] < cut["received_ms"] - 500:
+                assert len(kept) < len(sent)
             assert "unheard" in await page.inner_html(f"li[data-item='{cut['item_id']}']")
             state = await _until(page, "the interruption's transcript", lambda s: len(
                 _turns(s, "user")) >= 2 and _turns(s, "user")[1]["status"] == "completed")

@@ -91,6 +91,7 @@ class Session {
     this.stream = null;
     this.node = null;
     this.responding = false;
+    this.responseItem = null; // the item of the response in progress
     this.audioItem = null; // the assistant item whose audio plays or last played
     this.speechStoppedAt = null; // performance.now() of the last speech_stopped
     this.awaitingFirstAudio = false;
@@ -117,7 +118,7 @@ class Session {
       await this.startMic();
     } catch (err) {
       say(`Microphone unavailable: ${err && err.message ? err.message : err}`);
-      stop();
+      if (session === this) stop();
     }
   }
 
@@ -167,11 +168,10 @@ class Session {
     const mine = this.closed;
     this.shutdown();
     if (mine) return;
-    if (!wasOpen) {
-      say(await diagnose(this.token));
-    } else if (!view.message) {
-      say(`Disconnected (${ev.code}${ev.reason ? `: ${ev.reason}` : ""}).`);
-    }
+    const why = wasOpen ? `Disconnected (${ev.code}${ev.reason ? `: ${ev.reason}` : ""}).`
+      : await diagnose(this.token);
+    if (session !== this) return; // the user has moved on meanwhile
+    if (!wasOpen || !view.message) say(why);
     stop();
   }
 
@@ -183,7 +183,8 @@ class Session {
     const wasPlaying = this.player.playing;
     const heard = Math.floor(this.player.stop(item));
     const received = this.player.receivedMs(item);
-    if (this.responding || (wasPlaying && heard < received)) {
+    const generating = this.responding && this.responseItem === item;
+    if (generating || (wasPlaying && heard < received)) {
       const cut = { item_id: item, audio_end_ms: heard, received_ms: Math.round(received),
                     context_time: this.ctx.currentTime };
       view.truncations.push(cut);
@@ -278,9 +279,13 @@ const HANDLERS = {
   },
   "response.created": (s) => {
     s.responding = true;
+    s.responseItem = null;
     if (view.state !== "you are speaking") setState("thinking");
   },
-  "response.output_item.added": (s, e) => turn("assistant", e.item.id),
+  "response.output_item.added": (s, e) => {
+    s.responseItem = e.item.id;
+    turn("assistant", e.item.id);
+  },
   "response.output_audio.delta": onAudioDelta,
   "response.output_audio_transcript.delta": onTextDelta,
   "response.output_text.delta": onTextDelta,
