@@ -8,12 +8,18 @@ Not a test: prints tables. With the real models, in one process (server and clie
    question sent -> the first audio delta received) p50 / p95, and aggregate generated
    tokens per second. The peer for the ratios is N = 1 on the same server.
 2. Churn: for ``--seconds`` (default 60; ``--minutes 10`` for a soak), sessions come and
-   go (each asks one question, then leaves, at most ``--churn-sessions`` at a time).
-   Samples process RSS and engine pages; at the end, with every session gone, the
-   engine's ``check()`` must hold and every page must be free or cached (no leak).
+   go (each asks ``--churn-turns`` questions, then leaves, at most ``--churn-sessions`` at
+   a time). Samples process RSS, engine pages and the largest conversation's context;
+   at the end, with every session gone, the engine's ``check()`` must hold and every
+   page must be free or cached (no leak).
 
-    .venv/bin/python bench/bench_serve.py [--sessions 1,4,8] [--turns 2]
+    .venv/bin/python bench/bench_serve.py [--sessions 1,4,8 | --sessions 0] [--turns 2]
                                           [--seconds 60 | --minutes 10] [--churn-sessions 4]
+                                          [--churn-turns 1] [--num-pages N]
+
+The soak of long conversations on a small cache:
+    .venv/bin/python bench/bench_serve.py --sessions 0 --minutes 30 --churn-turns 10 \
+        --num-pages 256
 """
 
 from __future__ import annotations
@@ -58,6 +64,8 @@ class Stats:
     tokens: int = 0
     turns: int = 0
     failed: int = 0
+    errors: int = 0
+    """``error`` events and responses that did not complete."""
     max_pages_shared: int = 0
     max_pages_used: int = 0
     loop_lag_s: list[float] = field(default_factory=list)
@@ -103,7 +111,11 @@ async def client(url: str, questions: list[np.ndarray], stats: Stats, deadline: 
                 if kind == "response.output_audio.delta" and state["sent_end"] is not None:
                     first_audio.append(loop.time() - state["sent_end"])
                     state["sent_end"] = None
+                elif kind == "error":
+                    stats.errors += 1
                 elif kind == "response.done":
+                    if event["response"].get("status") not in ("completed", "cancelled"):
+                        stats.errors += 1
                     usage = event["response"].get("usage") or {}
                     stats.tokens += int(usage.get("output_tokens") or 0)
                     done.set()
@@ -178,22 +190,33 @@ def rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+Sample = tuple[float, float, int, int, int, int]
+"""t (s), RSS (MiB), pages used, sessions, largest context (tokens), unowned sequences."""
+
+
 async def churn(server: RealtimeServer, runtime: ServeRuntime, voices: list[np.ndarray],
-                seconds: float, width: int) -> list[tuple[float, float, int, int]]:
+                seconds: float, width: int, turns: int) -> list[Sample]:
     loop = asyncio.get_running_loop()
     end = loop.time() + seconds
     rng = random.Random(0)
-    samples: list[tuple[float, float, int, int]] = []
+    samples: list[Sample] = []
     stats = Stats()
 
     async def one() -> None:
-        await client(server.url, [rng.choice(voices)], stats, end + 60)
+        await client(server.url, [rng.choice(voices) for _ in range(turns)], stats,
+                     end + 60 + 20 * turns)
 
     async def sampler() -> None:
         t0 = loop.time()
         while loop.time() < end:
             pages = await asyncio.to_thread(runtime.engine_stats)
-            samples.append((loop.time() - t0, rss_mib(), pages["pages_used"], server.active_sessions))
+            gauges = runtime.engine_gauges()
+            held = gauges.get("session_tokens", {})
+            biggest = max(held.values(), default=0) if isinstance(held, dict) else 0
+            unowned = gauges.get("sequences_unowned", 0)
+            samples.append((loop.time() - t0, rss_mib(), pages["pages_used"],
+                            server.active_sessions, biggest,
+                            unowned if isinstance(unowned, int) else 0))
             await asyncio.sleep(max(1.0, seconds / 30))
 
     running: set[asyncio.Task[None]] = set()
@@ -208,13 +231,17 @@ async def churn(server: RealtimeServer, runtime: ServeRuntime, voices: list[np.n
     await asyncio.gather(*running, return_exceptions=True)
     await sample_task
     await drained(server)
-    print(f"churn: {stats.turns} turns completed, {stats.failed} timed out")
+    print(f"churn: {stats.turns} turns completed, {stats.failed} timed out, "
+          f"{stats.errors} errors")
     return samples
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    cfg = load_config(args.config or default_config_path(), env={},
-                      overrides={"llm.max_new_tokens": args.max_tokens, "server.max_sessions": 16})
+    overrides: dict[str, object] = {"llm.max_new_tokens": args.max_tokens,
+                                    "server.max_sessions": 16}
+    if args.num_pages:
+        overrides["engine.num_pages"] = args.num_pages
+    cfg = load_config(args.config or default_config_path(), env={}, overrides=overrides)
     print("loading models ...", file=sys.stderr)
     runtime = build_runtime(cfg)
     voices = [speech(runtime, q) for q in QUESTIONS]
@@ -226,7 +253,7 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         rows = []
         base: tuple[float | None, float] | None = None
-        for n in args.sessions:
+        for n in [n for n in args.sessions if n > 0]:
             stats, wall = await concurrency(server, runtime, voices, n, args.turns,
                                             args.phase_limit)
             tps = stats.tokens / wall if wall else 0.0
@@ -252,16 +279,24 @@ async def main_async(args: argparse.Namespace) -> int:
               "loop lag: how late a 10 ms timer fired on the server's event loop")
         print(f"engine after the concurrency runs: {runtime.engine_stats()}")
         seconds = args.minutes * 60 if args.minutes else args.seconds
-        samples = await churn(server, runtime, voices, seconds, args.churn_sessions)
+        samples = await churn(server, runtime, voices, seconds, args.churn_sessions,
+                              args.churn_turns)
     finally:
         await server.shutdown()
     runtime.check_engine()
     final = runtime.engine_stats()
-    print(format_table(["t (s)", "RSS (MiB)", "pages used", "sessions"],
-                       [[f"{t:.0f}", f"{r:.0f}", p, s] for t, r, p, s in samples]))
-    rss = [r for _, r, _, _ in samples]
+    print(format_table(["t (s)", "RSS (MiB)", "pages used", "sessions", "largest context",
+                        "unowned sequences"],
+                       [[f"{t:.0f}", f"{r:.0f}", p, s, c, u] for t, r, p, s, c, u in samples]))
+    rss = [sample[1] for sample in samples]
     if rss:
-        print(f"RSS: start {rss[0]:.0f} MiB, max {max(rss):.0f} MiB, end {rss[-1]:.0f} MiB")
+        half = rss[len(rss) // 2:]
+        print(f"RSS: start {rss[0]:.0f} MiB, max {max(rss):.0f} MiB, end {rss[-1]:.0f} MiB; "
+              f"second half {min(half):.0f}-{max(half):.0f} MiB")
+        print(f"pages used: max {max(s[2] for s in samples)} of "
+              f"{runtime.cfg.engine.num_pages}; largest context "
+              f"{max(s[4] for s in samples)} tokens; unowned sequences max "
+              f"{max(s[5] for s in samples)}")
     print(f"engine at the end: {final}")
     leak = final["pages_used"] != 0 or final["sequences"] != 0
     print("pages: OK (all free or cached, check() holds)" if not leak else "pages: LEAK")
@@ -282,11 +317,15 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=60.0, help="churn phase length (default 60)")
     p.add_argument("--minutes", type=float, default=0.0, help="churn phase in minutes (soak)")
     p.add_argument("--churn-sessions", type=int, default=4, help="sessions at a time in churn")
+    p.add_argument("--churn-turns", type=int, default=1,
+                   help="questions each churning session asks before it leaves (default 1)")
+    p.add_argument("--num-pages", type=int, default=0,
+                   help="engine.num_pages for this run (default: the config's)")
     p.add_argument("--max-tokens", type=int, default=40, help="llm.max_new_tokens (default 40)")
     p.add_argument("--phase-limit", type=float, default=240.0,
                    help="give up on a concurrency level after this many seconds")
     args = p.parse_args()
-    if max(args.sessions) > 16 or args.turns > 10 or (args.minutes or args.seconds / 60) > 60:
+    if max(args.sessions) > 16 or args.turns > 10 or args.churn_turns > 100 or (args.minutes or args.seconds / 60) > 60:
         p.error("bounded benchmark: at most 16 sessions, 10 turns, 60 minutes")
     return asyncio.run(main_async(args))
 

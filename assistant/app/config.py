@@ -74,6 +74,11 @@ class VadConfig(_Section):
     prefix_padding_ms: int = Field(300, ge=0)
     short_pause_ms: int = Field(200, gt=0)
     end_of_turn_ms: int = Field(550, gt=0)
+    end_of_turn: Literal["fixed", "semantic"] = "semantic"
+    semantic_min_ms: int = Field(250, gt=0)
+    semantic_max_ms: int = Field(1600, gt=0)
+    semantic_p_complete: float = Field(0.02, gt=0.0, lt=1.0)
+    semantic_p_incomplete: float = Field(0.002, gt=0.0, lt=1.0)
 
 
 class AsrConfig(_Section):
@@ -121,6 +126,8 @@ class LlmConfig(_Section):
     top_k: int = Field(0, ge=0)
     seed: int = 0
     stop: tuple[str, ...] = ()
+    repetition_penalty: float = Field(1.1, gt=0.0)
+    repetition_window: int = Field(64, ge=0)
     loop_min_repeats: int = Field(4, ge=0)
     loop_max_ngram: int = Field(8, gt=0)
     max_context_tokens: int = Field(0, ge=0)

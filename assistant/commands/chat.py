@@ -1,13 +1,20 @@
 """``assistant chat``: a text REPL on the engine, keeping the conversation in the KV cache.
 
-Each turn extends the cached conversation with the new user message only; `/undo` cuts the
-cache back to before the last exchange (nothing recomputed), `/retry` cuts the last reply
-and samples a new one, `/stats` shows what each turn computed and reused.
+The conversation is a :class:`~assistant.dialogue.dialogue.Dialogue` (as in ``talk`` and
+the daemon), driven synchronously on this thread: each turn extends the cached
+conversation with the new user message only; a long conversation keeps inside the
+model's context and the cache (the oldest exchanges leave, recomputed in the
+background); a reply repeating itself is stopped. `/undo` cuts the cache back to before
+the last exchange (nothing recomputed), `/retry` samples the last reply again with a new
+seed, `/stats` shows what each turn computed and reused. A turn that fails (out of KV
+memory with nothing to give back, a turn larger than the context) is reported and
+withdrawn; the conversation goes on.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -17,12 +24,14 @@ from typing import TYPE_CHECKING, TextIO
 from assistant.app.config import AppConfig
 
 if TYPE_CHECKING:
-    from engine import Engine, SamplingParams, Sequence
-    from engine.chat_template import ChatTemplate, Message
+    from assistant.dialogue.dialogue import Dialogue, DialogueOptions
+    from assistant.llm.protocol import LLMBackend, LLMSequence
+    from engine.chat_template import ChatTemplate
 
 __all__ = ["ChatSession", "TurnRecord", "chat_repl", "register", "run"]
 
 HELP = "commands: /undo (drop the last exchange), /retry (new reply), /stats, /help, /quit"
+_log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,8 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "chat",
         help="text chat with the LLM on our engine (conversation kept in the KV cache)",
         description="A text REPL on the inference engine. The conversation stays in the "
-        "paged KV cache across turns, so each turn computes only its new tokens. "
-        + HELP + ".",
+        "paged KV cache across turns, so each turn computes only its new tokens; a long "
+        "conversation keeps inside the model's context and engine.num_pages (the oldest "
+        "exchanges leave the model's view). " + HELP + ".",
     )
     parser.add_argument("--max-new-tokens", type=int, help="override llm.max_new_tokens")
     parser.add_argument("--temperature", type=float, help="override llm.temperature")
@@ -41,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from assistant.app.models import cache_dir, resolve_llm
-    from engine import Engine, SamplingParams
+    from assistant.llm.local import LocalBackend
+    from assistant.loop.setup import dialogue_options
+    from engine import Engine
     from engine.chat_template import ChatTemplate
 
     def progress(message: str) -> None:
@@ -56,14 +68,12 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
                          cache_dir=cache_dir(cfg) / "weights")
     template = ChatTemplate(engine.tokenizer)
     template.verify()
-    llm = cfg.llm
-    params = SamplingParams(
-        max_new_tokens=args.max_new_tokens or llm.max_new_tokens,
-        temperature=llm.temperature if args.temperature is None else args.temperature,
-        top_p=llm.top_p, top_k=llm.top_k, seed=llm.seed, stop=tuple(llm.stop),
-        stop_token_ids=template.stop_token_ids, end_of_turn=template.end_of_turn_ids)
-    system = llm.system_prompt if args.system is None else args.system
-    with ChatSession(engine, template, params, system_prompt=system) as session:
+    options = dialogue_options(cfg)
+    options = replace(
+        options, max_new_tokens=args.max_new_tokens or options.max_new_tokens,
+        temperature=options.temperature if args.temperature is None else args.temperature,
+        system_prompt=options.system_prompt if args.system is None else args.system)
+    with ChatSession(LocalBackend(engine), template, options) as session:
         print(f"chat with {path.name} ({HELP})", file=sys.stderr)
         chat_repl(session, sys.stdin, sys.stdout)
     return 0
@@ -76,7 +86,7 @@ class TurnRecord:
     prompt_computed: int
     """Prompt tokens run through the model (the new user message and its framing)."""
     prompt_reused: int
-    """Prompt tokens served from the cache."""
+    """Prompt positions (history included) served from the cache."""
     generated: int
     """Tokens sampled for the reply."""
     seconds: float
@@ -89,96 +99,108 @@ class TurnRecord:
         return self.generated / self.seconds if self.seconds > 0 else 0.0
 
 
-@dataclass(frozen=True)
-class _Exchange:
-    start: int
-    """Sequence length before the user message."""
-    reply_start: int
-    """Sequence length before the reply (after the generation prompt)."""
-
-
 class ChatSession:
-    """A conversation held in one engine sequence."""
+    """A conversation held in one :class:`Dialogue` on a backend this thread steps."""
 
-    def __init__(self, engine: Engine, template: ChatTemplate, params: SamplingParams, *,
-                 system_prompt: str = "", clock: Callable[[], float] = time.perf_counter
-                 ) -> None:
-        self.engine = engine
-        self.template = template
-        self.params = params
-        self.messages: list[Message] = []
+    def __init__(self, backend: LLMBackend, template: ChatTemplate, options: DialogueOptions,
+                 *, clock: Callable[[], float] = time.perf_counter) -> None:
+        from assistant.dialogue.dialogue import Dialogue
+        from assistant.llm.host import fair_share
+
+        self.backend = backend
+        self.options = options
+        self.dialogue: Dialogue = Dialogue(backend, template, options)
+        # Alone on the cache: the same share a single conversation gets on the host.
+        self.dialogue.set_token_budget(fair_share(backend.capacity_tokens, 1))
         self.turns: list[TurnRecord] = []
         self._clock = clock
-        self._exchanges: list[_Exchange] = []
+        self._turn_id = 0
         self._retries = 0
-        self._last_text = ""
-        self.seq: Sequence = engine.sequence()
-        if system_prompt:
-            system = {"role": "system", "content": system_prompt}
-            self.seq.extend(template.message_ids([], system))
-            self.messages.append(system)
 
     def __enter__(self) -> ChatSession:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.seq.release()
+        self.dialogue.close()
 
-    def say(self, text: str, out: TextIO) -> TurnRecord:
-        """Add a user message, stream the reply to `out`."""
-        user = {"role": "user", "content": text}
-        start = len(self.seq)
-        prompt = self.template.turn_ids(self.messages, text)
+    @property
+    def seq(self) -> LLMSequence:
+        return self.dialogue.sequence
+
+    @property
+    def messages(self) -> list[dict[str, str]]:
+        """What the model sees (hidden old exchanges excluded)."""
+        return self.dialogue.conversation.messages()
+
+    def say(self, text: str, out: TextIO, *, kind: str = "turn") -> TurnRecord:
+        """Add a user message, stream the reply to `out`. On any failure the turn is
+        withdrawn: the conversation stays as it was."""
+        from assistant.dialogue.types import ReplyDelta
+
+        d = self.dialogue
+        self._turn_id += 1
+        turn_id = self._turn_id
+        hidden = d.conversation.hidden_turns
+        started = self._clock()
+        start = d.start_turn(turn_id, text, None)
         try:
-            record = self._reply(prompt, out, "turn")
+            while d.has_work():
+                self._step()
+                for output in d.collect():
+                    if isinstance(output, ReplyDelta) and output.turn_id == turn_id:
+                        out.write(output.text)
+                        out.flush()
         except BaseException:
-            if not self.seq.released and len(self.seq) > start:
-                self.seq.truncate(start)  # the conversation stays as it was
+            d.withdraw_turn(turn_id)
             raise
-        self._exchanges.append(_Exchange(start, start + len(prompt)))
-        self.messages += [user, {"role": "assistant", "content": self._last_text}]
+        out.write("\n")
+        closed = d.finish_turn(turn_id, 0)
+        if d.conversation.hidden_turns > hidden:
+            _log.info("the oldest %d turns left the model's context",
+                      d.conversation.hidden_turns - hidden)
+        record = TurnRecord(start.prompt_tokens_computed, start.prompt_tokens_reused,
+                            closed.generated_tokens, self._clock() - started, kind)
+        self.turns.append(record)
         return record
+
+    def settle(self) -> None:
+        """Run background work (a context window being recomputed) to its end: called
+        while the user reads the reply, so the next turn finds it done."""
+        d = self.dialogue
+        try:
+            while d.has_work():
+                self._step()
+                d.collect()
+        except Exception as exc:  # background work only: dropped, never fatal
+            _log.info("background work dropped: %s", exc)
+            d.shed()
 
     def undo(self) -> bool:
         """Drop the last exchange (truncate: nothing is recomputed)."""
-        if not self._exchanges:
-            return False
-        self.seq.truncate(self._exchanges.pop().start)
-        del self.messages[-2:]
-        return True
+        return self.dialogue.undo_exchange()
 
     def retry(self, out: TextIO) -> TurnRecord | None:
-        """Cut the last reply and sample a new one (with a new seed)."""
-        if not self._exchanges:
+        """Drop the last exchange and ask it again with a new seed."""
+        turns = self.dialogue.conversation.visible_turns
+        if len(turns) < 2 or turns[-1].role != "assistant":
             return None
-        self.seq.truncate(self._exchanges[-1].reply_start)
+        question = turns[-2].text
+        self.dialogue.undo_exchange()
         self._retries += 1
-        record = self._reply([], out, "retry", seed=self.params.seed + self._retries)
-        self.messages[-1] = {"role": "assistant", "content": self._last_text}
-        return record
-
-    def _reply(self, prompt: list[int], out: TextIO, kind: str, *,
-               seed: int | None = None) -> TurnRecord:
-        params = self.params if seed is None else replace(self.params, seed=seed)
-        started = self._clock()
-        job = self.engine.enqueue(self.seq, params, prompt_ids=prompt)
+        self.dialogue.set_options(replace(self.options, seed=self.options.seed + self._retries))
         try:
-            while not job.done:
-                self.engine.step()
-                for event in job.take_events():
-                    out.write(event.text_delta)
-                    out.flush()
+            return self.say(question, out, kind="retry")
         finally:
-            if not job.done:
-                self.engine.cancel(job)
-        out.write("\n")
-        result = job.result
-        assert result is not None
-        self._last_text = result.text
-        record = TurnRecord(result.prompt.computed, result.prompt.reused,
-                            result.sampled_tokens, self._clock() - started, kind)
-        self.turns.append(record)
-        return record
+            self.dialogue.set_options(self.options)
+
+    def _step(self) -> None:
+        """One backend step; out of KV pages, background work yields first."""
+        try:
+            self.backend.step()
+        except Exception as exc:
+            if not self.backend.is_out_of_pages(exc) or not self.dialogue.shed():
+                raise
+            self.backend.step()
 
     def stats_text(self) -> str:
         lines = []
@@ -186,12 +208,13 @@ class ChatSession:
             lines.append(f"{turn.kind} {number}: prompt {turn.prompt_computed} computed, "
                          f"{turn.prompt_reused} reused; {turn.generated} tokens in "
                          f"{turn.seconds:.2f} s ({turn.tokens_per_s:.1f} tokens/s)")
-        stats = self.engine.stats()
-        lines.append(f"cache: {len(self.seq)} tokens in conversation; pages used "
-                     f"{stats.pages_used}, cached {stats.pages_cached}, free "
-                     f"{stats.pages_free}; totals computed {stats.tokens_computed}, "
-                     f"referenced {stats.tokens_referenced}, copied {stats.tokens_copied}, "
-                     f"decoded {stats.tokens_decoded}")
+        stats = self.backend.stats()
+        conv = self.dialogue.conversation
+        lines.append(f"context: {len(self.seq)} tokens (limit {self.dialogue.context_limit}), "
+                     f"{len(conv.visible_turns)} turns seen, {conv.hidden_turns} hidden")
+        lines.append(f"cache: pages used {stats.pages_used}, cached {stats.pages_cached}, "
+                     f"free {stats.pages_free}; totals computed {stats.tokens_computed}, "
+                     f"reused {stats.tokens_reused}, decoded {stats.tokens_decoded}")
         return "\n".join(lines)
 
 
@@ -224,4 +247,9 @@ def chat_repl(session: ChatSession, stdin: TextIO, stdout: TextIO, *,
         elif text.startswith("/"):
             stdout.write(f"unknown command {text.split()[0]}; {HELP}\n")
         else:
-            session.say(text, stdout)
+            try:
+                session.say(text, stdout)
+                session.settle()
+            except Exception as exc:  # the turn was withdrawn; the conversation goes on
+                _log.debug("turn failed", exc_info=True)
+                stdout.write(f"\n(error: {exc}; that turn was dropped)\n")

@@ -17,6 +17,7 @@ plan, adopt or drop it. Runs on the engine thread against the LLM backend protoc
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -58,11 +59,23 @@ class ContextWindow:
     """See the module docstring. ``limit`` None means no limit."""
 
     def __init__(self, backend: LLMBackend, conversation: Conversation, *,
-                 limit: int | None) -> None:
+                 limits: Iterable[int | None] = ()) -> None:
         self._backend = backend
         self._conv = conversation
-        self.limit = limit
+        self._limits = [n for n in limits if n]
+        """The fixed limits (the model's positions, a configured maximum); 0/None: none."""
+        self.limit: int | None = min(self._limits) if self._limits else None
         self._plan: _Plan | None = None
+
+    def set_budget(self, tokens: int | None, headroom: int) -> None:
+        """A cache share (tokens) on top of the fixed limits, never below the system
+        prompt plus ``headroom`` (one whole turn)."""
+        turns = self._conv.turns
+        floor = len(turns[0].token_ids) if turns and turns[0].role == "system" else 0
+        limits = list(self._limits)
+        if tokens is not None:
+            limits.append(max(tokens, floor + headroom))
+        self.limit = min(limits) if limits else None
 
     # ------------------------------------------------------------------ queries
 
@@ -88,8 +101,9 @@ class ContextWindow:
         """A turn needs ``tokens`` of context even with every old turn hidden."""
         if not self.fits(tokens):
             raise DialogueError(
-                f"this turn does not fit in the model's context: {tokens} tokens with the "
-                f"system prompt, the limit is {self.limit}")
+                f"this turn does not fit in the context: {tokens} tokens with the system "
+                f"prompt, the limit is {self.limit} (the model's maximum, "
+                f"llm.max_context_tokens, or this conversation's share of the KV cache)")
 
     # ------------------------------------------------------------------ changes
 
@@ -149,15 +163,45 @@ class ContextWindow:
                   len(ids), plan.hidden, computed)
         return Adopted(plan.seq, plan.hidden, len(ids), computed)
 
-    def force(self, headroom: int) -> Adopted | None:
-        """Plan (if needed) and adopt now: the next turn would not fit otherwise."""
-        if self._plan is None and self.limit is not None:
-            hidden = self._choose(headroom)
-            if hidden == self._conv.hidden_turns:
-                return None  # nothing left to hide
-            seq = self._backend.sequence(priority=Priority.SPECULATIVE)
-            self._plan = _Plan(hidden, (), seq, None)
-        return self.adopt()
+    def trim_now(self, seq: LLMSequence, headroom: int) -> int | None:
+        """The next turn would not fit: hide the oldest turns now, recomputing the kept
+        window on ``seq`` itself (cut back to what it shares with the window, the
+        system prompt at least) so the cache never holds both. Returns the tokens
+        computed, None if nothing was left to hide. If even the window does not fit in
+        the cache, every turn is hidden (the context is the system prompt) and the
+        error is raised: the conversation stays consistent and can go on."""
+        self.drop()  # a plan not finished in time is cheaper to redo in place
+        if self.limit is None:
+            return None
+        hidden = self._choose(headroom)
+        if hidden == self._conv.hidden_turns:
+            return None
+        ids = self._conv.window_ids(hidden)
+        seq.truncate(min(common_prefix_len(seq.tokens, ids), len(seq)))
+        try:
+            computed = seq.extend(ids[len(seq):]).computed
+        except BaseException:
+            self._conv.hide_oldest(self._hide_all())
+            seq.truncate(min(len(seq), self._conv.num_tokens))
+            if len(seq) < self._conv.num_tokens:  # the cut went into the system prompt
+                seq.extend(self._conv.token_ids[len(seq):])
+            raise
+        self._conv.hide_oldest(hidden)
+        _log.info("context trimmed now: %d tokens, %d turns hidden, %d computed", len(ids),
+                  hidden, computed)
+        return computed
+
+    def adopt_or_drop(self) -> Adopted | None:
+        """:meth:`adopt`, except that a window the cache has no pages to finish (the
+        history moved on since it was planned) is dropped: the next turn trims in place
+        if it must."""
+        try:
+            return self.adopt()
+        except Exception as exc:
+            if not self._backend.is_out_of_pages(exc):
+                raise
+            _log.info("context window dropped: no KV pages to finish it (%s)", exc)
+            return None
 
     def drop(self) -> None:
         """Forget the planned window (memory pressure, failure, close). Idempotent."""
@@ -177,10 +221,12 @@ class ContextWindow:
         assert self.limit is not None
         room = max(0, self.limit - headroom)
         starts = [h for h in self._conv.exchange_starts() if h > self._conv.hidden_turns]
-        everything = len(self._conv.turns) - (1 if self._conv.turns and
-                                              self._conv.turns[0].role == "system" else 0)
         for target in (room // 2, room):  # never hide the last exchange just to save more
             for hidden in starts:
                 if len(self._conv.window_ids(hidden)) <= target:
                     return hidden
-        return everything
+        return self._hide_all()
+
+    def _hide_all(self) -> int:
+        turns = self._conv.turns
+        return len(turns) - (1 if turns and turns[0].role == "system" else 0)

@@ -222,7 +222,8 @@ class Conversation:
         self._hidden = hidden
 
     def pop(self) -> Turn:
-        """Remove the last turn (a user turn whose reply was withdrawn)."""
+        """Remove the last turn (a user turn whose reply was withdrawn, an undone
+        exchange's turns)."""
         if not self._turns or (self._hidden
                                and len(self._turns) <= self._first_hideable() + self._hidden):
             raise ValueError("no visible turn to remove")

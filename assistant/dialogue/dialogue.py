@@ -22,14 +22,17 @@ from typing import TYPE_CHECKING
 
 from assistant.dialogue.context_window import Adopted, ContextWindow
 from assistant.dialogue.conversation import Conversation, TurnRenderer
+from assistant.dialogue.end_score import open_user_ids, sentence_end_ids
 from assistant.dialogue.loop_guard import repeated_tail
+from assistant.dialogue.prompt_in import put_prompt
 from assistant.dialogue.reply import ReplyTokens
-from assistant.dialogue.speculation import apply_event, resolve, sync_reply
+from assistant.dialogue.speculation import apply_event, sync_reply
 from assistant.dialogue.speculation_pool import SpeculationPool
 from assistant.dialogue.types import (
     DialogueError,
     DialogueOptions,
     DialogueOutput,
+    EndOfTurnScore,
     ReplyDelta,
     SpeculationDrafted,
     TurnClosed,
@@ -89,10 +92,10 @@ class Dialogue:
             raise
         self._specs = SpeculationPool(backend, lambda: self._params(speculative=True),
                                       min_clause_chars=options.min_clause_chars)
-        limits = [n for n in (options.max_context_tokens, backend.max_positions) if n]
-        self._window = ContextWindow(backend, self.conversation,
-                                     limit=min(limits) if limits else None)
+        self._window = ContextWindow(backend, self.conversation, limits=(
+            options.max_context_tokens, backend.max_positions))
         self._live: _LiveTurn | None = None
+        self._end_ids: frozenset[int] | None = None
         self._outbox: list[DialogueOutput] = []
         self._closed = False
 
@@ -106,6 +109,11 @@ class Dialogue:
     def sequence(self) -> LLMSequence:
         """The live sequence (history, plus the open turn if any)."""
         return self._seq
+
+    @property
+    def context_limit(self) -> int | None:
+        """The most tokens the context may hold now (model, config and cache share)."""
+        return self._window.limit
 
     @property
     def live_turn_id(self) -> int | None:
@@ -157,19 +165,28 @@ class Dialogue:
 
     # ------------------------------------------------------------------ speculation
 
-    def speculate(self, spec_id: int, user_text: str) -> None:
-        """Fork the committed conversation and draft the reply to ``user_text``.
+    def speculate(self, spec_id: int, user_text: str) -> EndOfTurnScore | None:
+        """Fork the committed conversation and draft the reply to ``user_text``; with
+        ``score_end_of_turn``, also return P(the user's sentence ends here) (NaN when it
+        cannot be read).
 
         Ignored while a reply is open or once ``spec_id`` was cancelled (a cancel may
         overtake its own queued start)."""
         if self._live is not None:
-            return
+            return None
+        scoring = self._options.score_end_of_turn
         user_ids, header = self.conversation.user_prompt_ids(user_text)
         need = (len(self._seq) + len(user_ids) + len(header)
                 + self._options.speculation_max_tokens)
         if not self._window.fits(need):
-            return  # the turn will trim the context first: a draft here cannot be adopted
-        self._specs.start(spec_id, user_text, self._seq, user_ids + header)
+            # The turn will trim the context first: a draft here cannot be adopted.
+            return EndOfTurnScore(spec_id, float("nan")) if scoring else None
+        score_ids = open_user_ids(self.conversation, user_text) if scoring else ()
+        if score_ids and self._end_ids is None:
+            self._end_ids = sentence_end_ids(self.conversation.renderer)
+        p_end = self._specs.start(spec_id, user_text, self._seq, user_ids + header,
+                                  score_ids=score_ids, end_ids=self._end_ids or ())
+        return EndOfTurnScore(spec_id, p_end) if scoring and p_end is not None else None
 
     def cancel_speculation(self, spec_id: int) -> None:
         """Drop a speculation (idempotent); its cached pages stay matchable."""
@@ -190,32 +207,10 @@ class Dialogue:
         spec = self._specs.take(spec_id)
         self._specs.cancel_all()
         base = len(self._seq)
-        outcome, common, drafted = "none", 0, 0
-        reply = ReplyTokens()
-        pending_done = False
-        if spec is not None:
-            res = resolve(spec.prompt_ids, prompt)
-            common = res.common_prefix_tokens
-            self._seq.release()
-            self._seq = spec.seq
-            self._seq.priority = Priority.LIVE
-            have = len(self._seq) - base  # what the fork holds past the history
-            outcome = "hit" if res.hit else "miss"
-            if res.hit and have >= len(prompt):
-                drafted = spec.kept_tokens()
-                spec.reply.truncate(drafted)
-                reply = spec.reply
-                computed, reused = 0, base + len(prompt)
-                pending_done = spec.finish_reason is FinishReason.EOS
-            else:
-                # A miss, or a hit whose prompt was not all in yet: keep the shared ids.
-                keep = min(common, have)
-                self._seq.truncate(base + keep)
-                stats = self._seq.extend(prompt[keep:])
-                computed, reused = stats.computed, base + keep + stats.reused
-        else:
-            stats = self._seq.extend(prompt)
-            computed, reused = stats.computed, base + stats.reused
+        put = put_prompt(self._seq, prompt, spec)
+        self._seq = put.seq
+        outcome, common, drafted, reply = put.outcome, put.common, put.drafted, put.reply
+        computed, reused, pending_done = put.computed, put.reused, put.pending_done
         self.conversation.add_user(user_text, user_ids, turn_id=turn_id)
         live = _LiveTurn(turn_id=turn_id, user_text=user_text, header_ids=header,
                          reply_start=base + len(prompt), reply=reply, drafted=drafted)
@@ -248,7 +243,7 @@ class Dialogue:
         out: list[DialogueOutput] = list(self._specs.collect())
         self._window.collect()
         if self._live is None and not len(self._specs) and self._window.ready:
-            self._swap(self._window.adopt())  # between turns: nobody waits for it
+            self._adopt_window()  # between turns: nobody waits for it
         live = self._live
         if live is not None and live.job is not None:
             events = live.job.take_events()
@@ -295,6 +290,22 @@ class Dialogue:
         self._turn_boundary()
         self._window.plan(len(self._seq), self._headroom())
 
+    def undo_exchange(self) -> bool:
+        """Remove the last exchange (user message and reply) from the history and the
+        sequence: a truncate, nothing is recomputed. False if none is in the context."""
+        if self._live is not None:
+            raise DialogueError(f"undo while turn {self._live.turn_id} is open")
+        turns = self.conversation.visible_turns
+        if len(turns) < 2 or (turns[-2].role, turns[-1].role) != ("user", "assistant"):
+            return False
+        self._specs.cancel_all()
+        self._window.drop()  # planned for the longer history
+        self.conversation.pop()
+        self.conversation.pop()
+        self._seq.truncate(self.conversation.num_tokens)
+        self._check_sync()
+        return True
+
     def abort(self) -> None:
         """Stop all generation after a backend failure (the open turn stays open, with
         what it has; no more text comes)."""
@@ -313,6 +324,19 @@ class Dialogue:
 
     def tokens_held(self) -> int:
         return len(self._seq)
+
+    def sequences_held(self) -> int:
+        """Backend sequences this conversation holds (live, drafts, a planned window)."""
+        return 1 + len(self._specs) + (1 if self._window.planned else 0)
+
+    def set_token_budget(self, tokens: int | None) -> None:
+        """This conversation's share of the KV cache, in tokens (None: no share). The
+        context is kept under it as under the model's limit; never below what one turn
+        needs (the system prompt, a user message and a whole reply). A smaller budget
+        trims at the next turn boundary (in the background if no turn is open)."""
+        self._window.set_budget(tokens, self._headroom())
+        if self._live is None and not self._closed:
+            self._window.plan(len(self._seq), self._headroom())
 
     def close(self) -> None:
         """Cancel everything and release every sequence. Idempotent."""
@@ -337,7 +361,8 @@ class Dialogue:
             max_new_tokens=(o.speculation_max_tokens if speculative
                             else max_new_tokens or o.max_new_tokens),
             temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed, stop=o.stop,
-            stop_token_ids=stop_ids,
+            stop_token_ids=stop_ids, repetition_penalty=o.repetition_penalty,
+            repetition_window=o.repetition_window,
             # A draft leaves its turn open: the live reply may continue it. A live reply
             # too: its end-of-turn ids are added when the turn is closed (after playback),
             # so the step that samples the stop token does not also prefill them -- that
@@ -404,12 +429,17 @@ class Dialogue:
     def _fit_context(self, user_text: str, max_new_tokens: int) -> None:
         """Before a turn: swap in a ready window; if the turn would not fit, trim now."""
         if self._window.ready:
-            self._swap(self._window.adopt())
+            self._adopt_window()
         user_ids, header = self.conversation.user_prompt_ids(user_text)
         prompt = len(user_ids) + len(header)
         if not self._window.fits(len(self._seq) + prompt + 1 + max_new_tokens):
-            self._swap(self._window.force(self._options.user_turn_allowance + max_new_tokens))
+            self._specs.cancel_all()  # drafts were forked from the old context
+            self._window.trim_now(self._seq, self._options.user_turn_allowance + max_new_tokens)
+            self._check_sync()
             self._window.require(self.conversation.num_tokens + prompt + 1)
+
+    def _adopt_window(self) -> None:
+        self._swap(self._window.adopt_or_drop())
 
     def _swap(self, adopted: Adopted | None) -> None:
         if adopted is None:

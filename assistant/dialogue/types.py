@@ -34,6 +34,8 @@ class DialogueOptions:
     top_k: int = 0
     seed: int = 0
     stop: tuple[str, ...] = ()
+    repetition_penalty: float = 1.0
+    repetition_window: int = 64
     speculation_max_tokens: int = 24
     """Cap on a speculative draft (it normally stops at its first clause)."""
     min_clause_chars: int = 12
@@ -45,6 +47,8 @@ class DialogueOptions:
     """Keep the model's context under this many tokens (0: the model's own limit)."""
     user_turn_allowance: int = 128
     """Room kept for the next user message when deciding to trim the context."""
+    score_end_of_turn: bool = False
+    """Each speculation also reports P(the user's sentence ends here)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,15 @@ class SpeculationDrafted:
     spec_id: int
     text: str
     """The drafted clause, as the reply's TTS chunker will cut it."""
+
+
+@dataclass(frozen=True)
+class EndOfTurnScore:
+    """P(the user's sentence ends here) for speculation ``spec_id``'s text, read from
+    the model on the speculation's fork (see :mod:`assistant.turns.end_of_turn`)."""
+
+    spec_id: int
+    p_end: float
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from assistant.llm.protocol import BackendStats, JobsFailed, LLMBackend, OutOfPages
@@ -51,11 +52,30 @@ from assistant.llm.session import (
 )
 
 __all__ = ["EngineHost", "HostSession", "Hosted", "EngineFailed", "HostClosed", "Priority",
-           "Post"]
+           "Post", "OwnerStats", "fair_share"]
 
 R = TypeVar("R")
 _PRIORITIES: dict[str, int] = {"control": 0, "normal": 1, "low": 2}
 _log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class OwnerStats:
+    """What one session holds in the backend (for ``/metrics`` and leak logs)."""
+
+    session: str
+    sequences: int
+    tokens: int
+
+
+def fair_share(capacity_tokens: int | None, sessions: int) -> int | None:
+    """Each conversation's KV budget: an equal part of two thirds of the cache. The
+    other third is headroom for what comes and goes (speculative drafts, a context
+    window recomputed in the background, pages copied on write), so that live replies
+    within their share never run out of pages."""
+    if capacity_tokens is None or sessions < 1:
+        return None
+    return capacity_tokens * 2 // (3 * sessions)
 
 
 class EngineHost:
@@ -73,6 +93,7 @@ class EngineHost:
         self._closed = False
         self._dead: BaseException | None = None
         self._stats: BackendStats | None = None
+        self._owners: tuple[OwnerStats, ...] = ()
         self._stats_at = 0.0
         self._next_session = 1
         self._thread = threading.Thread(target=self._run, name=f"assistant-{name}", daemon=True)
@@ -93,6 +114,7 @@ class EngineHost:
             state = build(self.backend)
             with self._cond:
                 session.state = state
+            self._rebalance()
 
         with self._cond:
             self._sessions.append(session)
@@ -122,6 +144,10 @@ class EngineHost:
         """The latest counters, refreshed by the host thread every few hundred ms; never
         waits on the engine (None before the first refresh)."""
         return self._stats
+
+    def owners(self) -> tuple[OwnerStats, ...]:
+        """What each session held at the latest refresh (same cadence as :meth:`stats`)."""
+        return self._owners
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Stop the thread after the command or step in progress; every session's state
@@ -214,7 +240,7 @@ class EngineHost:
                     self._step()
                 work = self.backend.has_work()
                 self._settle_idle()
-                self._refresh_stats()
+                self._refresh_stats(force=not work)  # an idle host's snapshot is exact
         except BaseException as exc:  # a bug in the host itself: nobody may wait forever
             _log.exception("%s host died", self.name)
             self._dead = exc
@@ -341,12 +367,37 @@ class EngineHost:
         state, session.state = session.state, None
         if state is not None:
             state.close()
+            self._rebalance()
+            self._check_owned()
 
-    def _refresh_stats(self) -> None:
+    def _rebalance(self) -> None:
+        """Give every conversation its fair share of the cache (sessions came or went)."""
+        built = self._built()
+        share = fair_share(self.backend.capacity_tokens, len(built))
+        for session, state in built:
+            self._guard(session, state, functools.partial(state.set_token_budget, share))
+
+    def _snapshot_owners(self) -> tuple[OwnerStats, ...]:
+        return tuple(OwnerStats(session.name, state.sequences_held(), state.tokens_held())
+                     for session, state in self._built())
+
+    def _check_owned(self) -> None:
+        """After a release: every backend sequence belongs to a session, or it leaked."""
+        try:
+            live = self.backend.stats().sequences
+        except Exception:
+            return
+        owned = sum(o.sequences for o in self._snapshot_owners())
+        if live > owned:
+            _log.warning("%s: %d engine sequences belong to no session (leaked?)",
+                         self.name, live - owned)
+
+    def _refresh_stats(self, *, force: bool = False) -> None:
         now = time.monotonic()
-        if self._stats is None or now - self._stats_at >= self._stats_interval_s:
+        if force or self._stats is None or now - self._stats_at >= self._stats_interval_s:
             try:
                 self._stats = self.backend.stats()
+                self._owners = self._snapshot_owners()
             except Exception:
                 _log.exception("%s: stats failed", self.name)
             self._stats_at = now

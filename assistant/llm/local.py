@@ -8,7 +8,7 @@ the engine's cache counters onto `BackendStats`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, cast
 
 from assistant.llm.protocol import BackendStats, JobsFailed, LLMJob, LLMSequence, OutOfPages
@@ -46,8 +46,20 @@ class LocalBackend:
         value = getattr(self.engine.runner, "max_positions", None)
         return int(value) if value is not None else None
 
+    @property
+    def capacity_tokens(self) -> int | None:
+        s = self.engine.stats()
+        return s.pages_total * s.page_size
+
     def sequence(self, *, priority: Priority = Priority.LIVE) -> LLMSequence:
         return self.engine.sequence(priority=priority)
+
+    def next_token_probability(self, seq: LLMSequence, token_ids: Collection[int]) -> float:
+        import torch
+
+        logits = cast("EngineSequence", seq).next_logits().float()
+        ids = torch.tensor(sorted(set(token_ids)), dtype=torch.long)
+        return float(torch.softmax(logits, dim=-1)[ids].sum())
 
     def enqueue(self, seq: LLMSequence, params: SamplingParams, *,
                 prompt_ids: Sequence[int] = (), priority: Priority | None = None) -> LLMJob:

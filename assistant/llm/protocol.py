@@ -20,7 +20,7 @@ types (:mod:`engine.events`, :mod:`engine.params`); they import no torch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -153,8 +153,19 @@ class LLMBackend(Protocol):
         """The longest sequence the model takes (None: no known limit)."""
         ...
 
+    @property
+    def capacity_tokens(self) -> int | None:
+        """How many tokens of K/V the whole cache holds, over every sequence (None:
+        not known here, e.g. a remote server's)."""
+        ...
+
     def sequence(self, *, priority: Priority = Priority.LIVE) -> LLMSequence:
         """A new, empty sequence."""
+        ...
+
+    def next_token_probability(self, seq: LLMSequence, token_ids: Collection[int]) -> float:
+        """P(the token after ``seq``'s ids is one of ``token_ids``) under the model (the
+        end-of-turn score; a remote backend asks for the top log-probabilities)."""
         ...
 
     def enqueue(self, seq: LLMSequence, params: SamplingParams, *,

@@ -51,6 +51,14 @@ class Hosted(Protocol):
         """Tokens of this conversation's live sequence (its share of the cache)."""
         ...
 
+    def sequences_held(self) -> int:
+        """Backend sequences it holds (live, speculative, background)."""
+        ...
+
+    def set_token_budget(self, tokens: int | None) -> None:
+        """Its fair share of the KV cache in tokens (None: unlimited)."""
+        ...
+
     def close(self) -> None:
         """Release everything (idempotent)."""
         ...

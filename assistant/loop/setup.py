@@ -18,6 +18,7 @@ from assistant.dialogue.dialogue import Dialogue, DialogueOptions
 from assistant.dialogue.loop_guard import LoopGuardOptions
 from assistant.loop.pipeline import EntryCallback, Pipeline, PipelineOptions
 from assistant.speech.listener import Listener
+from assistant.turns.end_of_turn import EndOfTurnOptions
 from assistant.turns.turn_manager import TurnManager, TurnOptions
 
 if TYPE_CHECKING:
@@ -95,11 +96,23 @@ def vad_options(cfg: AppConfig) -> VadOptions:
     from audio.vad import VadOptions
 
     v = cfg.vad
+    # The VAD's own limit is the longest silence any end-of-turn rule may wait; the
+    # turn manager shortens it pause by pause (semantic end of turn).
     return VadOptions(backend=v.backend, aggressiveness=v.aggressiveness,
                       silero_threshold=v.silero_threshold, min_speech_ms=v.min_speech_ms,
                       prefix_padding_ms=v.prefix_padding_ms, short_pause_ms=v.short_pause_ms,
-                      end_of_turn_ms=v.end_of_turn_ms, sample_rate=cfg.audio.sample_rate,
-                      frame_ms=cfg.audio.frame_ms)
+                      end_of_turn_ms=end_of_turn_options(cfg).longest_ms,
+                      sample_rate=cfg.audio.sample_rate, frame_ms=cfg.audio.frame_ms)
+
+
+def end_of_turn_options(cfg: AppConfig) -> EndOfTurnOptions:
+    """The end-of-turn rule; semantic needs speculation (the score is read on its fork)."""
+    v = cfg.vad
+    mode = v.end_of_turn if cfg.turns.speculate else "fixed"
+    return EndOfTurnOptions(mode=mode, fallback_ms=v.end_of_turn_ms,
+                            min_silence_ms=v.semantic_min_ms, max_silence_ms=v.semantic_max_ms,
+                            p_complete=v.semantic_p_complete,
+                            p_incomplete=v.semantic_p_incomplete)
 
 
 def echo_options(cfg: AppConfig) -> EchoOptions:
@@ -142,15 +155,19 @@ def dialogue_options(cfg: AppConfig) -> DialogueOptions:
     return DialogueOptions(system_prompt=llm.system_prompt, max_new_tokens=llm.max_new_tokens,
                            temperature=llm.temperature, top_p=llm.top_p, top_k=llm.top_k,
                            seed=llm.seed, stop=tuple(llm.stop),
+                           repetition_penalty=llm.repetition_penalty,
+                           repetition_window=llm.repetition_window,
                            min_clause_chars=cfg.tts.min_clause_chars,
                            interrupted_marker=cfg.turns.interrupted_marker,
                            loop_guard=LoopGuardOptions(min_repeats=llm.loop_min_repeats,
                                                        max_ngram=llm.loop_max_ngram),
-                           max_context_tokens=llm.max_context_tokens)
+                           max_context_tokens=llm.max_context_tokens,
+                           score_end_of_turn=end_of_turn_options(cfg).mode == "semantic")
 
 
 def turn_options(cfg: AppConfig) -> TurnOptions:
-    return TurnOptions(barge_in_min_ms=cfg.turns.barge_in_min_ms, speculate=cfg.turns.speculate)
+    return TurnOptions(barge_in_min_ms=cfg.turns.barge_in_min_ms, speculate=cfg.turns.speculate,
+                       end_of_turn=end_of_turn_options(cfg))
 
 
 def build_pipeline(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Sink,

@@ -53,10 +53,20 @@ class ServeRuntime:
         """Exact counters, read on the engine thread (blocks: call off the event loop)."""
         return _gauges(self.models.host.call(lambda b: b.stats()).result(timeout_s))
 
-    def engine_gauges(self) -> Mapping[str, int]:
-        """For ``/metrics``: the engine thread's latest snapshot; never waits."""
-        stats = self.models.host.stats()
-        return _gauges(stats) if stats is not None else {}
+    def engine_gauges(self) -> Mapping[str, int | Mapping[str, int]]:
+        """For ``/metrics``: the engine thread's latest snapshot, with what each session
+        holds (sequences nobody holds are a leak); never waits."""
+        host = self.models.host
+        stats = host.stats()
+        if stats is None:
+            return {}
+        owners = host.owners()
+        owned = sum(o.sequences for o in owners)
+        gauges: dict[str, int | Mapping[str, int]] = dict(_gauges(stats))
+        gauges["sequences_unowned"] = max(0, stats.sequences - owned)
+        gauges["session_sequences"] = {o.session: o.sequences for o in owners}
+        gauges["session_tokens"] = {o.session: o.tokens for o in owners}
+        return gauges
 
     def check_engine(self, timeout_s: float = 30.0) -> None:
         """Run the backend's invariant check on the engine thread (tests, benchmarks)."""
@@ -119,7 +129,10 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
     defaults = SessionSettings(
         instructions=cfg.llm.system_prompt,
         voice=voice,
-        turn_detection=TurnDetectionSettings(),  # the Realtime API's server-VAD defaults
+        # The Realtime API's server-VAD defaults; semantic_vad when the config asks for
+        # the semantic end of turn (a client may pick either).
+        turn_detection=TurnDetectionSettings(type="semantic_vad", eagerness="auto")
+        if cfg.vad.end_of_turn == "semantic" and cfg.turns.speculate else TurnDetectionSettings(),
         max_output_tokens=cfg.llm.max_new_tokens,
     )
     return ServeRuntime(

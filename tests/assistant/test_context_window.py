@@ -83,6 +83,27 @@ def test_the_window_is_computed_in_the_background_not_at_the_turn_start() -> Non
 
 def test_a_turn_that_cannot_fit_at_all_is_a_clear_error() -> None:
     engine, _, dialogue = make(120)
-    with pytest.raises(DialogueError, match="does not fit in the model's context"):
+    with pytest.raises(DialogueError, match="does not fit in the context"):
         dialogue.start_turn(1, "x" * 200, None)
     assert dialogue.in_sync()
+
+
+def test_a_small_cache_is_a_limit_too_one_conversation_never_runs_out_of_pages() -> None:
+    """24 pages of 16 tokens (as ``engine.num_pages=24``): the conversation keeps inside
+    its share of the cache, so no step ever runs out of pages, for 120 turns."""
+    from assistant.llm.host import fair_share
+
+    engine, runner, dialogue = make(0, num_pages=96, max_new=40)  # 96 pages of 4 tokens
+    capacity = dialogue.backend.capacity_tokens
+    assert capacity == 384
+    dialogue.set_token_budget(fair_share(capacity, 1))
+    assert dialogue.context_limit == 256
+    peak: list[int] = []
+    for turn in range(1, 121):
+        text = f"question {turn}: what about item {turn * 3}?"
+        reply = run_turn(engine, dialogue, turn, text, peak)
+        assert reply and scripted_reply(text).startswith(reply)  # max_new cuts it short
+        assert dialogue.in_sync() and len(dialogue.sequence) <= 256
+    assert max(peak) <= 256
+    assert dialogue.conversation.hidden_turns > 100
+    assert_cache_matches(engine, runner)

@@ -285,3 +285,50 @@ def test_out_of_pages_with_nothing_to_shed_fails_the_biggest_conversation_only()
         host.call(lambda be: be.check()).result(TIMEOUT)
     finally:
         host.close()
+
+
+def test_each_conversation_gets_a_fair_share_of_the_cache_and_owners_are_reported(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from assistant.llm.host import fair_share
+
+    engine, template = scripted_engine()
+    backend = LocalBackend(engine)
+    host = EngineHost(backend, stats_interval_s=0.0)
+    build = scripted_dialogue(template, max_new_tokens=60)
+    capacity = backend.capacity_tokens
+    assert capacity is not None and fair_share(capacity, 2) == capacity // 3
+
+    def limits(*clients: DialogueClient) -> list[int | None]:
+        return [asyncio.run(c.query(lambda d: d.context_limit)) for c in clients]
+
+    try:
+        a = DialogueClient(host, build, Inbox(), name="a")
+        assert limits(a) == [fair_share(capacity, 1)]
+        b = DialogueClient(host, build, Inbox(), name="b")
+        assert limits(a, b) == [fair_share(capacity, 2)] * 2
+        b.start_turn(1, "hello there", None)
+        b.idle().result(TIMEOUT)
+        host.call(lambda be: None).result(TIMEOUT)  # one more pass: stats refreshed
+        owners = {o.session: o for o in host.owners()}
+        assert set(owners) == {"a", "b"} and owners["a"].sequences == 1
+        assert owners["b"].tokens > owners["a"].tokens
+        b.close()
+        assert limits(a) == [fair_share(capacity, 1)]  # b's share went back to a
+        # A sequence nobody owns is reported when a session closes.
+        host.call(lambda be: be.sequence()).result(TIMEOUT)
+        with caplog.at_level("WARNING", logger="assistant.llm.host"):
+            a.close()
+        assert "1 engine sequences belong to no session" in caplog.text
+    finally:
+        host.close()
+
+
+def test_a_share_never_drops_below_one_whole_turn() -> None:
+    host, engine, build = _tight_host(num_pages=40)  # 160 tokens for everybody
+    try:
+        clients = [DialogueClient(host, build, Inbox(), name=f"s{i}") for i in range(4)]
+        limit = asyncio.run(clients[0].query(lambda d: d.context_limit))
+        options = asyncio.run(clients[0].query(lambda d: d.options))
+        assert limit is not None and limit >= options.max_new_tokens + options.user_turn_allowance
+    finally:
+        host.close()

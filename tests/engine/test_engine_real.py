@@ -197,14 +197,16 @@ def test_smollm2_greedy_64_after_reused_prefix_matches_generate(smol: tuple[Engi
 def test_chat_repl_undo_is_free_and_turns_compute_only_new_tokens(smol: tuple[Engine, Any]
                                                                   ) -> None:
     from assistant.commands.chat import ChatSession, chat_repl
+    from assistant.dialogue.types import DialogueOptions
+    from assistant.llm.local import LocalBackend
 
     engine, _ = smol
     template = ChatTemplate(engine.tokenizer)
     template.verify()
-    params = SamplingParams(max_new_tokens=12, stop_token_ids=template.stop_token_ids,
-                            end_of_turn=template.end_of_turn_ids)
+    options = DialogueOptions(system_prompt="Answer briefly.", max_new_tokens=12,
+                              repetition_penalty=1.1)
     ticks = iter(range(1000))
-    with ChatSession(engine, template, params, system_prompt="Answer briefly.",
+    with ChatSession(LocalBackend(engine), template, options,
                      clock=lambda: float(next(ticks))) as session:
         out = io.StringIO()
         chat_repl(session, io.StringIO("What is two plus two?\n"), out)
@@ -215,7 +217,8 @@ def test_chat_repl_undo_is_free_and_turns_compute_only_new_tokens(smol: tuple[En
         chat_repl(session, io.StringIO("And three plus three?\n/stats\n/undo\n/quit\n"), out)
         _, second = session.turns
         # Turn 2 computed exactly its new tokens: the user message and the reply opening.
-        assert (second.prompt_computed, second.prompt_reused) == (len(second_prompt), 0)
+        assert second.prompt_computed == len(second_prompt)
+        assert second.prompt_reused == len(after_first)
         assert session.seq.tokens == after_first  # /undo restored the exact token state
         assert session.messages == history
         # Nothing was computed by /undo: all compute since turn 1 belongs to turn 2.
@@ -225,13 +228,15 @@ def test_chat_repl_undo_is_free_and_turns_compute_only_new_tokens(smol: tuple[En
         text = out.getvalue()
         assert f"(undone; {len(after_first)} tokens in cache)" in text
         assert "turn 2: prompt" in text and "tokens/s" in text
-        # /retry cuts the reply and samples again, recomputing one token for the logits.
+        # /retry asks the last question again: its prompt comes from the cache (at most
+        # the partly filled last page is computed again).
         computed = engine.stats().tokens_computed
-        session.retry(io.StringIO())
-        assert session.turns[-1].prompt_computed == 0
-        assert engine.stats().tokens_computed - computed <= 1 + close + 1
-        reply_start = session._exchanges[-1].reply_start
-        assert session.seq.tokens[:reply_start] == after_first[:reply_start]
+        record = session.retry(io.StringIO())
+        assert record is not None and record.kind == "retry"
+        assert record.prompt_computed <= engine.stats().page_size
+        assert engine.stats().tokens_computed - computed <= engine.stats().page_size + close + 1
+        assert session.messages[:-1] == history[:-1]
+        assert session.dialogue.in_sync()
     engine.check()
     assert engine.stats().pages_used == 0
 

@@ -60,3 +60,35 @@ def test_connect_close_cycles_at_every_stage_leave_no_engine_pages(serve_runtime
         await asyncio.to_thread(rt.check_engine)
 
     run(main(), timeout=600)
+
+
+def test_metrics_show_what_each_session_holds_and_nothing_unowned(serve_runtime: Any) -> None:
+    from assistant.serve.transport.metrics import ServerMetrics
+
+    rt = serve_runtime
+    metrics = ServerMetrics(rt.engine_gauges)
+
+    async def owners(count: int) -> dict[str, Any]:
+        for _ in range(200):  # the engine thread refreshes its snapshot every 0.25 s
+            gauges = dict(rt.engine_gauges())
+            if len(gauges.get("session_sequences", {})) == count:
+                return gauges
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"never saw {count} sessions: {rt.engine_gauges()}")
+
+    async def main() -> None:
+        async with running_server(backend=rt.backend_factory) as server:
+            async with raw_client(server) as ws:
+                created = json.loads(await asyncio.wait_for(ws.recv(), 10))
+                assert created["type"] == "session.created"
+                gauges = await owners(1)
+                assert list(gauges["session_sequences"].values()) == [1]
+                assert gauges["sequences_unowned"] == 0
+                text = metrics.render().decode()
+                assert 'assistant_engine_session_sequences{session="' in text
+                assert "assistant_engine_sequences_unowned 0.0" in text
+            await drained(server, timeout=20)
+            gauges = await owners(0)
+            assert gauges["sequences_unowned"] == 0 and gauges["sequences"] == 0
+
+    run(main(), timeout=60)

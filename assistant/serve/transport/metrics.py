@@ -16,10 +16,11 @@ from prometheus_client.registry import Collector
 
 __all__ = ["ServerMetrics", "CONTENT_TYPE_LATEST", "EngineGauges"]
 
-EngineGauges = Callable[[], Mapping[str, int]]
+EngineGauges = Callable[[], Mapping[str, "int | Mapping[str, int]"]]
 """Returns the engine's counters, e.g. ``{"pages_used": 12, "tokens_computed": 900}``.
 
-Keys starting with ``tokens_`` are exported as counters (cumulative), the rest as gauges.
+Keys starting with ``tokens_`` are exported as counters (cumulative), the rest as gauges;
+a mapping value is one gauge per session, e.g. ``{"session_sequences": {"sess_1": 2}}``.
 """
 
 _LATENCY_BUCKETS = (0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
@@ -36,7 +37,13 @@ class _EngineCollector(Collector):
             return
         for name, value in sorted(values.items()):
             metric_name = f"assistant_engine_{name}"
-            if name.startswith("tokens_"):
+            if not isinstance(value, int):
+                family = GaugeMetricFamily(metric_name, f"engine {name.replace('_', ' ')}",
+                                           labels=["session"])
+                for session, count in sorted(value.items()):
+                    family.add_metric([session], count)
+                yield family
+            elif name.startswith("tokens_"):
                 yield CounterMetricFamily(metric_name, f"engine {name.replace('_', ' ')}", value)
             else:
                 yield GaugeMetricFamily(metric_name, f"engine {name.replace('_', ' ')}", value)

@@ -1,0 +1,64 @@
+"""Putting the user's prompt into the live sequence at a turn start, adopting the
+turn's speculation when there is one.
+
+A hit whose fork already holds the whole prompt is taken as is (nothing computed; its
+drafted reply tokens become the reply's start); a miss, or a hit whose prompt was not
+all in yet, keeps the ids the fork shares with the prompt and computes the rest; with
+no speculation the prompt is simply extended. Against the LLM backend protocol.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from assistant.dialogue.reply import ReplyTokens
+from assistant.dialogue.speculation import resolve
+from engine.events import FinishReason
+from engine.params import Priority
+
+if TYPE_CHECKING:
+    from assistant.dialogue.speculation import Speculation
+    from assistant.llm.protocol import LLMSequence
+
+__all__ = ["PromptIn", "put_prompt"]
+
+
+@dataclass
+class PromptIn:
+    seq: LLMSequence
+    """The live sequence now (the speculation's fork when one was adopted)."""
+    computed: int
+    reused: int
+    """Prompt positions, history included, whose K/V was already cached."""
+    outcome: str = "none"
+    """hit | miss | none."""
+    common: int = 0
+    drafted: int = 0
+    reply: ReplyTokens = field(default_factory=ReplyTokens)
+    pending_done: bool = False
+    """The adopted draft was the whole reply (it ended with the end of turn)."""
+
+
+def put_prompt(seq: LLMSequence, prompt: Sequence[int], spec: Speculation | None) -> PromptIn:
+    """``prompt`` after ``seq``'s history; ``seq`` is released if the fork replaces it."""
+    base = len(seq)
+    if spec is None:
+        stats = seq.extend(prompt)
+        return PromptIn(seq, stats.computed, base + stats.reused)
+    res = resolve(spec.prompt_ids, prompt)
+    seq.release()
+    fork = spec.seq
+    fork.priority = Priority.LIVE
+    have = len(fork) - base  # what the fork holds past the history
+    if res.hit and have >= len(prompt):
+        drafted = spec.kept_tokens()
+        spec.reply.truncate(drafted)
+        return PromptIn(fork, 0, base + len(prompt), "hit", res.common_prefix_tokens, drafted,
+                        spec.reply, spec.finish_reason is FinishReason.EOS)
+    keep = min(res.common_prefix_tokens, have)
+    fork.truncate(base + keep)
+    stats = fork.extend(prompt[keep:])
+    return PromptIn(fork, stats.computed, base + keep + stats.reused,
+                    "hit" if res.hit else "miss", res.common_prefix_tokens)
