@@ -17,7 +17,9 @@ Timing rules (all in samples at ``VadOptions.sample_rate``):
   After ``short_pause_ms`` one :class:`ShortPause` is emitted (once per pause); speech
   confirmed again after it emits :class:`SpeechResumed` (resuming needs only half of
   ``min_speech_ms``: the turn is already open, a lower bar is the usual hysteresis).
-  After ``end_of_turn_ms`` with no open candidate, :class:`SpeechStopped` ends the turn.
+  After ``end_of_turn_ms`` with no open candidate, :class:`SpeechStopped` ends the turn;
+  :meth:`VadStateMachine.set_pause_limit` changes that limit for the pause in progress
+  (the semantic end of turn), back to ``end_of_turn_ms`` once speech resumes.
 """
 
 from __future__ import annotations
@@ -202,6 +204,13 @@ class VadStateMachine:
         self._last_speech_end = 0
         self._pause_sent = False
         self._cand: _Candidate | None = None
+        self._pause_limit = self._end_of_turn
+
+    def set_pause_limit(self, ms: int) -> None:
+        """End the turn after ``ms`` of silence in the pause in progress (takes effect at
+        the next frame; ignored outside a pause)."""
+        if self._in_turn and self._pause_sent:
+            self._pause_limit = self.options.ms_to_samples(max(1, ms))
 
     @property
     def in_turn(self) -> bool:
@@ -230,6 +239,7 @@ class VadStateMachine:
             elif self._pause_sent:
                 events.append(SpeechResumed(confirmed.start_sample, frame_end, rate))
             self._pause_sent = False
+            self._pause_limit = self._end_of_turn
             self._last_speech_end = frame_end
             return events
         if not self._in_turn:
@@ -239,7 +249,7 @@ class VadStateMachine:
         if pause_end - self._last_speech_end >= self._short_pause and not self._pause_sent:
             self._pause_sent = True
             events.append(ShortPause(self._last_speech_end, frame_end, rate))
-        if frame_end - self._last_speech_end >= self._end_of_turn and self._cand is None:
+        if frame_end - self._last_speech_end >= self._pause_limit and self._cand is None:
             events.append(
                 SpeechStopped(self._turn_start, frame_end, rate, end_sample=self._last_speech_end)
             )

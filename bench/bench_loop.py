@@ -3,7 +3,11 @@
 Not a test: prints a table. Measures, on the wall clock, with the real models:
 
 - voice-to-voice latency (end of user speech -> first assistant audio), p50 / p95, with
-  speculation on and off (the peer: the same loop without speculative pre-generation);
+  the semantic end of turn (the default), the fixed 550 ms rule, and speculation off
+  (the peer: the same loop without speculative pre-generation);
+- a per-turn waterfall: when each stage happened after the end of speech (pause
+  detected, speculation started, end-of-turn score, first clause drafted / synthesised,
+  end of turn decided, final transcript, reply started, first audio), p50 per config;
 - endpoint-to-first-audio on speculation hits (end of turn detected -> first audio;
   target <= 150 ms);
 - barge-in detection -> playback stopped, and audio leaked after detection
@@ -26,6 +30,7 @@ from assistant.app.report import format_table
 from assistant.loop import event_log as log
 from assistant.loop.metrics import Metrics, percentile
 from assistant.loop.setup import LoopModels, load_models
+from assistant.loop.waterfall import STAGES, Waterfall, waterfalls
 from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Say, render_scenario
 from audio.wav import write_wav
@@ -87,10 +92,12 @@ def stages(entries: list[log.Entry]) -> Stages:
     return out
 
 
-def run_once(models: LoopModels, cfg: AppConfig, wav: Path) -> tuple[Metrics, Stages, float]:
+def run_once(models: LoopModels, cfg: AppConfig, wav: Path
+             ) -> tuple[Metrics, Stages, list[Waterfall], float]:
     t0 = time.perf_counter()
     outcome = replay_sync(models, cfg, wav, ReplayOptions(realtime=True))
-    return (outcome.result.metrics, stages(outcome.result.entries),
+    entries = outcome.result.entries
+    return (outcome.result.metrics, stages(entries), waterfalls(entries),
             time.perf_counter() - t0)
 
 
@@ -104,7 +111,7 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--questions", type=int, default=len(QUESTIONS))
     parser.add_argument("--keep", type=Path, default=None, help="keep the input WAV here")
-    parser.add_argument("--slow-endpoint-ms", type=int, default=1600,
+    parser.add_argument("--slow-endpoint-ms", type=int, default=0,
                         help="also run with this end-of-turn silence (0: skip)")
     parser.add_argument("--only-slow", action="store_true",
                         help="run only the longer end-of-turn configuration")
@@ -121,26 +128,29 @@ def main() -> int:
         build_input(models, args.questions, wav)
         results: dict[str, Metrics] = {}
         breakdown: dict[str, Stages] = {}
-        configs: list[tuple[str, bool, int | None]] = []
+        falls: dict[str, list[Waterfall]] = {}
+        configs: list[tuple[str, dict[str, object]]] = []
         if not args.only_slow:
-            configs += [("speculation on", True, None), ("speculation off", False, None)]
+            configs += [
+                ("semantic end of turn", {"vad.end_of_turn": "semantic"}),
+                ("fixed 550 ms", {"vad.end_of_turn": "fixed"}),
+                ("speculation off", {"turns.speculate": False}),
+            ]
         if args.slow_endpoint_ms:
             # On a loaded CPU the pause-time ASR decode can outlast the 350 ms between the
             # short pause and the end of turn; a longer end of turn shows the hit path.
-            configs.append((f"speculation on, end of turn {args.slow_endpoint_ms} ms", True,
-                            args.slow_endpoint_ms))
-        for name, speculate, end_of_turn in configs:
-            overrides: dict[str, object] = {"turns.speculate": speculate}
-            if end_of_turn is not None:
-                overrides["vad.end_of_turn_ms"] = end_of_turn
+            configs.append((f"fixed {args.slow_endpoint_ms} ms", {
+                "vad.end_of_turn": "fixed", "vad.end_of_turn_ms": args.slow_endpoint_ms}))
+        for name, overrides in configs:
             if args.partial_interval_ms is not None:
-                overrides["asr.partial_interval_ms"] = args.partial_interval_ms
+                overrides = {**overrides, "asr.partial_interval_ms": args.partial_interval_ms}
             cfg = load_config(default_config_path(), env={}, overrides=overrides)
             print(f"replaying in real time: {name} ...", file=sys.stderr)
-            metrics, st, secs = run_once(models, cfg, wav)
+            metrics, st, wf, secs = run_once(models, cfg, wav)
             print(f"  {secs:.1f} s wall", file=sys.stderr)
             results[name] = metrics
             breakdown[name] = st
+            falls[name] = wf
     hit_endpoint = tuple(t.endpoint_to_audio_ms for m in results.values() for t in m.turns
                          if t.speculation == "hit" and t.endpoint_to_audio_ms is not None)
     buffer_ms = base.audio.output_buffer_ms
@@ -165,11 +175,17 @@ def main() -> int:
             vals = tuple(values)
             rows.append([f"{label} ({name})", ms(vals, 50), ms(vals, 95), len(vals), "-"])
     print(format_table(["measure (ms, wall clock)", "p50", "p95", "n", "target"], rows))
-    on, off = results.get("speculation on"), results.get("speculation off")
+    print()
+    print(format_table(["waterfall, p50 ms after end of speech"] + list(falls),
+                       [[stage] + [ms(tuple(v for w in wf if (v := getattr(w, stage))
+                                             is not None), 50) for wf in falls.values()]
+                        for stage in STAGES]))
+    on, off = results.get("semantic end of turn"), results.get("speculation off")
     p_on = percentile(on.voice_to_voice_ms, 50) if on else None
     p_off = percentile(off.voice_to_voice_ms, 50) if off else None
     if p_on and p_off:
-        print(f"\nvoice-to-voice p50, with / without speculation: {p_on / p_off:.2f}x")
+        print(f"\nvoice-to-voice p50, semantic end of turn with speculation / without "
+              f"speculation: {p_on / p_off:.2f}x")
     for name, m in results.items():
         rate = "-" if m.speculation_hit_rate is None else f"{100 * m.speculation_hit_rate:.0f}%"
         print(f"{name}: speculation {m.speculation_hits} hits / {m.speculation_misses} misses "

@@ -90,7 +90,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             models.close()
     print(format_conversation(outcome.result.conversation))
     print()
-    print(format_metrics(outcome.result.metrics))
+    print(format_metrics(outcome.result.metrics, virtual=not args.realtime))
     print()
     print(f"wrote {heard} (what the assistant's speaker played, on the input's timeline),")
     print(f"      {args.out_dir / 'events.jsonl'} and {args.out_dir / 'conversation.json'}")

@@ -30,7 +30,9 @@ def _ms(values: Sequence[int]) -> str:
     return f"p50 {percentile(values, 50):.0f} ms, p95 {percentile(values, 95):.0f} ms (n={len(values)})"
 
 
-def format_metrics(m: Metrics) -> str:
+def format_metrics(m: Metrics, *, virtual: bool = False) -> str:
+    """``virtual``: the replay ran on the virtual clock, where compute takes no time, so
+    the latencies are the turn-taking rules' own, not this machine's (said beside them)."""
     rate = "-" if m.speculation_hit_rate is None else f"{100 * m.speculation_hit_rate:.0f}%"
     lines = [
         f"voice-to-voice latency     {_ms(m.voice_to_voice_ms)}",
@@ -46,6 +48,10 @@ def format_metrics(m: Metrics) -> str:
                      f"{t.prompt_tokens_reused} reused ({t.speculation})" for t in m.turns)
            or "-"),
     ]
+    if virtual:
+        lines[2:2] = ["  (virtual clock: model compute takes no time here, so these are the "
+                      "turn-taking rules' latencies, not this machine's; --realtime measures "
+                      "them on this CPU)"]
     return "\n".join(lines)
 
 

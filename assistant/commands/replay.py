@@ -73,5 +73,5 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     if not args.quiet:
         print(format_conversation(outcome.result.conversation))
         print()
-        print(format_metrics(outcome.result.metrics))
+        print(format_metrics(outcome.result.metrics, virtual=not args.realtime))
     return 0 if outcome.result.metrics.sequence_matches_history else 1

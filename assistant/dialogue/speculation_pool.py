@@ -11,10 +11,15 @@ Runs on the engine thread with the dialogue, against the LLM backend protocol.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
-from assistant.dialogue.speculation import Speculation, apply_event, sync_reply
+from assistant.dialogue.speculation import (
+    Speculation,
+    apply_event,
+    common_prefix_len,
+    sync_reply,
+)
 from assistant.dialogue.types import SpeculationDrafted
 from engine.events import FinishReason
 from engine.params import Priority, SamplingParams
@@ -50,19 +55,47 @@ class SpeculationPool:
         return any(s.job is job for s in self._specs.values())
 
     def start(self, spec_id: int, user_text: str, base: LLMSequence,
-              prompt_ids: Sequence[int]) -> bool:
-        """Fork ``base`` and draft the reply after ``prompt_ids``. Ignored (False) if
-        ``spec_id`` runs already or was cancelled before it started."""
+              prompt_ids: Sequence[int], *, score_ids: Sequence[int] = (),
+              end_ids: Collection[int] = ()) -> float | None:
+        """Fork ``base`` and draft the reply after ``prompt_ids``. Ignored (None) if
+        ``spec_id`` runs already or was cancelled before it started.
+
+        With ``score_ids`` (the user's message so far, open), also returns P(next token
+        in ``end_ids``) after them: the fork is extended up to where they part from
+        ``prompt_ids`` and read there, so the score costs no prefill of its own (a
+        short side fork covers ids the prompt does not share). Else returns NaN."""
         if spec_id in self._dropped or spec_id in self._specs:
-            return False
+            return None
         fork = base.fork(priority=Priority.SPECULATIVE)
-        spec = Speculation(spec_id=spec_id, user_text=user_text, prompt_ids=tuple(prompt_ids),
-                           seq=fork, base_len=len(base))
-        spec.chunker.min_clause_chars = self._min_clause_chars
+        prompt = tuple(prompt_ids)
+        try:
+            done, p_end = self._score(fork, prompt, score_ids, end_ids) if score_ids \
+                else (0, float("nan"))
+            spec = Speculation(spec_id=spec_id, user_text=user_text, prompt_ids=prompt,
+                               seq=fork, base_len=len(base))
+            spec.chunker.min_clause_chars = self._min_clause_chars
+            spec.job = self._backend.enqueue(fork, self._params(), prompt_ids=prompt[done:],
+                                             priority=Priority.SPECULATIVE)
+        except BaseException:
+            fork.release()
+            raise
         self._specs[spec_id] = spec
-        spec.job = self._backend.enqueue(fork, self._params(), prompt_ids=spec.prompt_ids,
-                                         priority=Priority.SPECULATIVE)
-        return True
+        return p_end
+
+    def _score(self, fork: LLMSequence, prompt: tuple[int, ...], score_ids: Sequence[int],
+               end_ids: Collection[int]) -> tuple[int, float]:
+        shared = common_prefix_len(prompt, score_ids)
+        shared -= shared == len(prompt)  # the draft's job computes at least one id
+        if shared:
+            fork.extend(prompt[:shared])
+        if shared == len(score_ids):
+            return shared, self._backend.next_token_probability(fork, end_ids)
+        side = fork.fork(priority=Priority.SPECULATIVE)
+        try:
+            side.extend(score_ids[shared:])
+            return shared, self._backend.next_token_probability(side, end_ids)
+        finally:
+            side.release()
 
     def cancel(self, spec_id: int) -> None:
         """Drop a speculation (idempotent); its cached pages stay matchable."""

@@ -35,6 +35,10 @@ __all__ = [
     "ResponseWithdrawnEntry",
     "TextTurnEntry",
     "EngineFailedEntry",
+    "EndOfTurnScoreEntry",
+    "PauseEntry",
+    "SpeculationDraftedEntry",
+    "PresynthesizedEntry",
     "ENTRY_TYPES",
     "entry_to_json",
     "entry_from_json",
@@ -228,11 +232,52 @@ class EngineFailedEntry(Entry):
     error: str
 
 
+@dataclass(frozen=True)
+class EndOfTurnScoreEntry(Entry):
+    """The model's P(the user's sentence ends here) at a pause, and the silence it set
+    for ending the turn (``silence_ms`` 0: the score came too late to count)."""
+
+    type: ClassVar[str] = "end_of_turn_score"
+    spec_id: int
+    p_end: float | None
+    silence_ms: int
+
+
+@dataclass(frozen=True)
+class PauseEntry(Entry):
+    """A short pause inside the user's turn was detected (``t_ms``); the silence began at
+    ``start_ms``."""
+
+    type: ClassVar[str] = "pause"
+    start_ms: int
+
+
+@dataclass(frozen=True)
+class SpeculationDraftedEntry(Entry):
+    """Speculation ``spec_id`` has its first clause (ready to synthesise)."""
+
+    type: ClassVar[str] = "speculation_drafted"
+    spec_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class PresynthesizedEntry(Entry):
+    """Speculation ``spec_id``'s first clause is synthesised (it can play at once)."""
+
+    type: ClassVar[str] = "presynthesized"
+    spec_id: int
+
+
 ENTRY_TYPES: dict[str, type[Entry]] = {
     cls.type: cls
     for cls in (
         SpeechStartedEntry,
         SpeechStoppedEntry,
+        EndOfTurnScoreEntry,
+        PauseEntry,
+        SpeculationDraftedEntry,
+        PresynthesizedEntry,
         TranscriptPartialEntry,
         TranscriptFinalEntry,
         StateEntry,

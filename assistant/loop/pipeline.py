@@ -113,7 +113,8 @@ class Pipeline:
             tm=turn_manager, utterances=self.utterances, playback=self.playback,
             dialogue=self.dialogue, tts=self.tts, options=self.options, emit=self._emit,
             now_ms=self.now_ms, turn_input=self._turn_input, fail=self._fail,
-            short_pause_ms=lambda: self.listener.options.short_pause_ms)
+            short_pause_ms=lambda: self.listener.options.short_pause_ms,
+            set_pause_limit=lambda ms: self.listener.set_pause_limit(ms))
         self._next_input_sample = 0
         self._pending_vad: VadOptions | None = None
         self._consumer: asyncio.Task[None] | None = None
@@ -336,6 +337,8 @@ class Pipeline:
         elif isinstance(event, SpeechStarted):
             self._emit(log.SpeechStartedEntry(event.t_ms))
         elif isinstance(event, ShortPause):
+            self._emit(log.PauseEntry(event.t_ms, self.listener.ms(
+                self.listener.pause_start_sample)))
             self.utterances.short_pause(self.listener.pause_start_sample,
                                         self.listener.options.short_pause_ms)
         elif isinstance(event, SpeechResumed):

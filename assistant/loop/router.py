@@ -11,11 +11,18 @@ them (a barge-in stops the sink before anything else happens).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from assistant.dialogue.types import ReplyDelta, SpeculationDrafted, TurnClosed, TurnStart
+from assistant.dialogue.types import (
+    EndOfTurnScore,
+    ReplyDelta,
+    SpeculationDrafted,
+    TurnClosed,
+    TurnStart,
+)
 from assistant.llm.host import EngineFailed
 from assistant.loop import event_log as log
 from assistant.loop.asr_worker import AsrFinal, AsrPartial, AsrPreview
@@ -37,10 +44,12 @@ from assistant.turns.events import (
     PartialTranscript,
     PlaybackDone,
     RequestPartial,
+    SetEndOfTurnSilence,
     StartResponse,
     StartSpeculation,
     StateChanged,
     TurnAction,
+    TurnCompleteness,
     TurnInput,
 )
 from assistant.turns.turn_manager import TurnManager
@@ -66,6 +75,8 @@ class LoopParts:
     fail: Callable[[BaseException], None]
     """The conversation cannot go on: raise this at the next frame."""
     short_pause_ms: Callable[[], int]
+    set_pause_limit: Callable[[int], None]
+    """End the user's turn after this much silence in the current pause (the VAD)."""
     spec_texts: dict[int, str] = field(default_factory=dict)
     presynth_ready: set[int] = field(default_factory=set)
     response_tokens: dict[int, int] = field(default_factory=dict)
@@ -143,11 +154,21 @@ def _reply_delta(p: LoopParts, item: ReplyDelta) -> None:
 
 
 def _drafted(p: LoopParts, item: SpeculationDrafted) -> None:
+    p.emit(log.SpeculationDraftedEntry(p.now_ms(), item.spec_id, item.text))
     if p.options.presynthesize and item.spec_id == p.tm.speculation_id:
         p.tts.presynthesize(item.spec_id, item.text)
 
 
+def _end_score(p: LoopParts, item: EndOfTurnScore) -> None:
+    p_end = None if math.isnan(item.p_end) else item.p_end
+    actions = p.turn_input(TurnCompleteness(p.now_ms(), item.spec_id, float("nan")
+                                            if p_end is None else p_end))
+    silence = next((a.silence_ms for a in actions if isinstance(a, SetEndOfTurnSilence)), 0)
+    p.emit(log.EndOfTurnScoreEntry(p.now_ms(), item.spec_id, p_end, silence))
+
+
 def _presynthesized(p: LoopParts, item: Presynthesized) -> None:
+    p.emit(log.PresynthesizedEntry(p.now_ms(), item.spec_id))
     p.presynth_ready.add(item.spec_id)
 
 
@@ -189,6 +210,7 @@ _OUTPUTS: dict[type, Callable[[LoopParts, Any], None]] = {
     TurnStart: _turn_start,
     ReplyDelta: _reply_delta,
     SpeculationDrafted: _drafted,
+    EndOfTurnScore: _end_score,
     Presynthesized: _presynthesized,
     SpeechChunk: _speech_chunk,
     SpeechDone: _speech_done,
@@ -206,6 +228,10 @@ def _state(p: LoopParts, action: StateChanged, cause: TurnInput) -> None:
 
 def _request_partial(p: LoopParts, action: RequestPartial, cause: TurnInput) -> None:
     p.utterances.request_preview()
+
+
+def _set_pause_limit(p: LoopParts, action: SetEndOfTurnSilence, cause: TurnInput) -> None:
+    p.set_pause_limit(action.silence_ms)
 
 
 def _finalize(p: LoopParts, action: FinalizeUtterance, cause: TurnInput) -> None:
@@ -272,6 +298,7 @@ def _cancel_response(p: LoopParts, action: CancelResponse, cause: TurnInput) -> 
 _ACTIONS: dict[type, Callable[[LoopParts, Any, Any], None]] = {
     StateChanged: _state,
     RequestPartial: _request_partial,
+    SetEndOfTurnSilence: _set_pause_limit,
     FinalizeUtterance: _finalize,
     DiscardUtterance: _discard,
     StartSpeculation: _start_speculation,

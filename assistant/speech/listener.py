@@ -131,6 +131,10 @@ class Listener:
             out.extend(self._frame_step(frame, start, heard))
         return out
 
+    def set_pause_limit(self, ms: int) -> None:
+        """End the user's turn after ``ms`` of silence in the current pause."""
+        self.vad.machine.set_pause_limit(ms)
+
     def flush(self) -> list[ListenerOutput]:
         """End of input: close an open utterance."""
         events = self.vad.flush()

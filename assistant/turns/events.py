@@ -9,12 +9,14 @@ clock (``t_ms``), never wall-clock time read inside logic.
 Inputs (what happened):
     SpeechStarted, VoiceFrame, ShortPause, SpeechResumed, EndOfTurn   -- from VAD
     PartialTranscript, FinalTranscript                                -- from ASR
+    TurnCompleteness                                                  -- from the engine
     AudioStarted, PlaybackDone                                        -- from the player
     TextTurn, Interrupt                                               -- from an API caller
 
 Actions (what to do), each carrying the ``turn_id`` it belongs to where one exists so
 stale work can be recognised and dropped:
     RequestPartial, FinalizeUtterance, DiscardUtterance               -- to ASR
+    SetEndOfTurnSilence                                               -- to VAD
     StartSpeculation, CancelSpeculation                               -- to the engine
     StartResponse, CancelResponse, BargeIn                            -- to engine, TTS, player
     StateChanged                                                      -- to UI and logs
@@ -38,6 +40,7 @@ __all__ = [
     "EndOfTurn",
     "PartialTranscript",
     "FinalTranscript",
+    "TurnCompleteness",
     "AudioStarted",
     "PlaybackDone",
     "TextTurn",
@@ -47,6 +50,7 @@ __all__ = [
     "RequestPartial",
     "FinalizeUtterance",
     "DiscardUtterance",
+    "SetEndOfTurnSilence",
     "StartSpeculation",
     "CancelSpeculation",
     "StartResponse",
@@ -135,6 +139,16 @@ class FinalTranscript:
 
 
 @dataclass(frozen=True)
+class TurnCompleteness:
+    """The language model's P(the user's sentence ends here) for speculation
+    ``spec_id``'s text (see :mod:`assistant.turns.end_of_turn`)."""
+
+    t_ms: int
+    spec_id: int
+    p_end: float
+
+
+@dataclass(frozen=True)
 class AudioStarted:
     """The first sample of a reply reached the speaker."""
 
@@ -177,6 +191,7 @@ TurnInput = (
     | EndOfTurn
     | PartialTranscript
     | FinalTranscript
+    | TurnCompleteness
     | AudioStarted
     | PlaybackDone
     | TextTurn
@@ -189,6 +204,15 @@ TurnInput = (
 @dataclass(frozen=True)
 class RequestPartial:
     """Ask ASR to decode the open utterance now (used at a short pause)."""
+
+
+@dataclass(frozen=True)
+class SetEndOfTurnSilence:
+    """End the user's turn after ``silence_ms`` of silence in the current pause (the
+    VAD's limit goes back to its default when the user speaks again)."""
+
+    silence_ms: int
+    p_end: float | None
 
 
 @dataclass(frozen=True)
@@ -266,6 +290,7 @@ class StateChanged:
 
 TurnAction = (
     RequestPartial
+    | SetEndOfTurnSilence
     | FinalizeUtterance
     | DiscardUtterance
     | StartSpeculation

@@ -20,6 +20,11 @@ Rules
   when the partial says something new, starts a speculation on it (replacing the
   previous one). At end of turn the latest speculation is handed to the response, which
   adopts or drops it.
+- With the semantic end of turn (:mod:`assistant.turns.end_of_turn`), the speculation's
+  P(the sentence ends here) sets how much silence ends this pause
+  (:class:`SetEndOfTurnSilence`); until it is known the VAD waits up to its longest
+  limit, and a pause with nothing to score (no words, no speculation) gets the fixed
+  fallback.
 - A text turn (:class:`TextTurn`) is answered only while listening; an
   :class:`Interrupt` of the reply in flight cuts it like a barge-in (to the words heard,
   none before audio) and gives the floor back.
@@ -33,6 +38,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from assistant.turns.end_of_turn import EndOfTurnOptions, endpoint_silence_ms
 from assistant.turns.events import (
     AudioStarted,
     BargeIn,
@@ -46,6 +52,7 @@ from assistant.turns.events import (
     PartialTranscript,
     PlaybackDone,
     RequestPartial,
+    SetEndOfTurnSilence,
     ShortPause,
     SpeechResumed,
     SpeechStarted,
@@ -55,6 +62,7 @@ from assistant.turns.events import (
     StateChanged,
     TextTurn,
     TurnAction,
+    TurnCompleteness,
     TurnInput,
     VoiceFrame,
 )
@@ -70,6 +78,12 @@ class TurnOptions:
     """Voiced user speech needed, while the assistant holds the floor, to interrupt it."""
     speculate: bool = True
     """Start speculative replies at short pauses."""
+    end_of_turn: EndOfTurnOptions = EndOfTurnOptions(mode="fixed")
+    """When silence ends the user's turn (fixed, or semantic: scored by the model)."""
+
+    @property
+    def semantic(self) -> bool:
+        return self.end_of_turn.mode == "semantic"
 
 
 def join_text(head: str, tail: str) -> str:
@@ -102,6 +116,7 @@ class TurnManager:
         self._paused = False
         self._spec_id: int | None = None
         self._spec_text = ""
+        self._spec_score: float | None = None
         # Text already final for the user's turn (from earlier utterances of the same
         # turn: a reopened turn, or an utterance finalised just before the user went on).
         self._prefix = ""
@@ -199,6 +214,8 @@ class TurnManager:
             self._paused = True
             if self.options.speculate:
                 out.append(RequestPartial())
+            elif self.options.semantic:
+                self._set_silence(None, out)  # nothing will be scored
 
     def _on_end_of_turn(self, ev: EndOfTurn, out: list[TurnAction]) -> None:
         if self._candidate is not None:
@@ -215,16 +232,33 @@ class TurnManager:
     def _on_partial(self, ev: PartialTranscript, out: list[TurnAction]) -> None:
         if self._state is not State.USER_SPEAKING or not self._paused:
             return
-        if not self.options.speculate or not ev.text.strip():
+        if not self.options.speculate:
+            return
+        if not ev.text.strip():
+            if self.options.semantic:
+                self._set_silence(None, out)  # no words: nothing to score
             return
         text = join_text(self._prefix, ev.text)
         if text == self._spec_text:
+            if self.options.semantic and self._spec_score is not None:
+                self._set_silence(self._spec_score, out)  # same words, same score
             return
         self._cancel_speculation(out)
         self._spec_id = self._next_spec_id
         self._next_spec_id += 1
         self._spec_text = text
         out.append(StartSpeculation(spec_id=self._spec_id, user_text=text))
+
+    def _on_completeness(self, ev: TurnCompleteness, out: list[TurnAction]) -> None:
+        if ev.spec_id != self._spec_id or self._state is not State.USER_SPEAKING:
+            return  # a stale score (the words changed, or the turn already ended)
+        self._spec_score = ev.p_end
+        if self.options.semantic and self._paused:
+            self._set_silence(ev.p_end, out)
+
+    def _set_silence(self, p_end: float | None, out: list[TurnAction]) -> None:
+        out.append(SetEndOfTurnSilence(endpoint_silence_ms(p_end, self.options.end_of_turn),
+                                       p_end))
 
     def _on_final(self, ev: FinalTranscript, out: list[TurnAction]) -> None:
         if self._pending_finals <= 0:
@@ -263,6 +297,7 @@ class TurnManager:
         # The response now owns the speculation (adopt or drop).
         self._spec_id = None
         self._spec_text = ""
+        self._spec_score = None
         self._prefix = ""
 
     def _on_playback_done(self, ev: PlaybackDone, out: list[TurnAction]) -> None:
@@ -307,6 +342,7 @@ class TurnManager:
     def _open_utterance(self, *, keep_prefix: bool = False) -> None:
         self._paused = False
         self._spec_text = ""
+        self._spec_score = None
         if not keep_prefix:
             self._prefix = ""
 
@@ -315,6 +351,7 @@ class TurnManager:
             out.append(CancelSpeculation(spec_id=self._spec_id))
         self._spec_id = None
         self._spec_text = ""
+        self._spec_score = None
 
     def _set_state(self, new: State, t_ms: int, out: list[TurnAction]) -> None:
         if new is not self._state:
@@ -330,6 +367,7 @@ _HANDLERS: dict[type, Callable[[TurnManager, Any, list[TurnAction]], None]] = {
     EndOfTurn: TurnManager._on_end_of_turn,
     PartialTranscript: TurnManager._on_partial,
     FinalTranscript: TurnManager._on_final,
+    TurnCompleteness: TurnManager._on_completeness,
     AudioStarted: TurnManager._on_audio_started,
     PlaybackDone: TurnManager._on_playback_done,
     TextTurn: TurnManager._on_text_turn,

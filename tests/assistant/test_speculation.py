@@ -22,7 +22,8 @@ def scripted_reply(user: str) -> str:
 
 
 class Harness:
-    def __init__(self, *, marker: bool = False, spec_tokens: int = 24) -> None:
+    def __init__(self, *, marker: bool = False, spec_tokens: int = 24,
+                 scoring: bool = False) -> None:
         self.tok = ByteTokenizer(merges=["assistant", "user"], specials=[START, END])
         end_id = self.tok.special_ids[END]
         next_token = scripted_next_token(self.tok, scripted_reply)
@@ -33,7 +34,7 @@ class Harness:
         self.template = ChatTemplate(self.tok, render=chatml)
         self.dialogue = Dialogue(LocalBackend(self.engine), self.template, DialogueOptions(
             system_prompt="Be brief.", max_new_tokens=200, speculation_max_tokens=spec_tokens,
-            min_clause_chars=6, interrupted_marker=marker))
+            min_clause_chars=6, interrupted_marker=marker, score_end_of_turn=scoring))
 
     def step(self) -> list[ReplyDelta | SpeculationDrafted]:
         """One engine step, then the dialogue collects (as on the engine thread)."""
@@ -223,3 +224,35 @@ def test_resolve_and_common_prefix() -> None:
     assert resolve([1, 2], [1, 2]).hit
     r = resolve([1, 2], [1, 2, 3])
     assert not r.hit and r.common_prefix_tokens == 2
+
+
+def test_the_end_of_turn_score_costs_no_prefill_and_changes_nothing_else() -> None:
+    from assistant.dialogue.end_score import open_user_ids, sentence_end_ids
+    from assistant.dialogue.types import EndOfTurnScore
+
+    plain, scored = Harness(), Harness(scoring=True)
+    assert plain.dialogue.speculate(3, "what time is it?") is None
+    score = scored.dialogue.speculate(3, "what time is it?")
+    assert isinstance(score, EndOfTurnScore) and score.spec_id == 3
+    assert 0.0 <= score.p_end <= 1.0
+    outs = [h.run() for h in (plain, scored)]
+    assert [o for o in outs[0] if isinstance(o, SpeculationDrafted)] == \
+        [o for o in outs[1] if isinstance(o, SpeculationDrafted)]
+    assert prefill_tokens(plain.runner) == prefill_tokens(scored.runner)  # no extra prefill
+    # The same probability, read on a sequence of its own.
+    d = scored.dialogue
+    ids = open_user_ids(d.conversation, "what time is it?")
+    assert ids and d.conversation.renderer.encode("what time is it") == list(
+        ids[-len("what time is it"):])
+    with scored.engine.sequence() as seq:
+        seq.extend(list(d.conversation.token_ids) + list(ids))
+        direct = d.backend.next_token_probability(seq, sentence_end_ids(
+            d.conversation.renderer))
+    assert score.p_end == pytest.approx(direct, rel=1e-5)
+    for h in (plain, scored):
+        start = h.dialogue.start_turn(1, "what time is it?", 3)
+        assert start.speculation == "hit" and start.prompt_tokens_computed == 0
+        assert h.reply_of(h.run(), 1)
+        h.dialogue.finish_turn(1, 100)
+        h.history_ok()
+    assert plain.dialogue.sequence.tokens == scored.dialogue.sequence.tokens

@@ -241,3 +241,23 @@ def test_a_second_speaker_from_espeak_is_detected() -> None:
     found = turns(feed(Vad(), audio))
     assert len(found) == 1
     assert abs(found[0][0] - truth[0][0]) <= TOLERANCE and abs(found[0][1] - truth[0][1]) <= TOLERANCE
+
+
+def test_a_pause_limit_ends_this_pause_early_and_resets_when_speech_resumes() -> None:
+    options = VadOptions(end_of_turn_ms=1600)
+    machine = VadStateMachine(options)
+    events: list[VadEvent] = []
+    pattern = "V" * 20 + "." * 12 + "V" * 10 + "." * 30
+    for i, ch in enumerate(pattern):
+        if i == 31:
+            machine.set_pause_limit(300)  # in the first pause: it resumes at frame 32 anyway
+        if i == 52:
+            machine.set_pause_limit(250)  # second pause, 200 ms in
+        events += machine.step(i * F, ch in "Vu", ch == "V")
+    assert kinds(events) == ["SpeechStarted", "ShortPause", "SpeechResumed", "ShortPause",
+                             "SpeechStopped"]
+    stopped = events[-1]
+    assert isinstance(stopped, SpeechStopped) and stopped.detected_sample == (42 + 13) * F
+    # Without a limit the 1600 ms default holds: the stream ends first.
+    plain = run_machine("V" * 20 + "." * 12 + "V" * 10 + "." * 30, options)
+    assert kinds(plain)[-1] == "SpeechStopped" and plain[-1].detected_sample == 72 * F

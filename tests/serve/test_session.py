@@ -310,8 +310,11 @@ def test_session_update_applies_and_reports_settings() -> None:
                                                                  eagerness="high"))))
             s = (await h.wait_for("session.updated", count=2))[1].session
             assert s.audio.output.voice == "amy"
-            assert s.audio.input.turn_detection.silence_duration_ms == 300
-            assert s.audio.input.turn_detection.threshold == 0.7
+            semantic = s.audio.input.turn_detection
+            assert (semantic.type, semantic.eagerness) == ("semantic_vad", "high")
+            td = h.backend.settings.turn_detection  # the server-VAD knobs are kept
+            assert (td.type, td.eagerness, td.silence_duration_ms, td.threshold) == (
+                "semantic_vad", "high", 300, 0.7)
 
     run(main())
 

@@ -59,6 +59,12 @@ PROTOCOL_RATE = 24_000
 class TurnDetectionSettings:
     """Server VAD knobs, with the Realtime API defaults."""
 
+    type: str = "server_vad"
+    """``server_vad``: the turn ends after ``silence_duration_ms`` of silence;
+    ``semantic_vad``: after a silence our model's end-of-turn score sets (between the
+    ``eagerness`` limits), ``silence_duration_ms`` when there is nothing to score."""
+    eagerness: str = "auto"
+    """semantic_vad: low | medium | high | auto (see :data:`~assistant.turns.end_of_turn.EAGERNESS`)."""
     threshold: float = 0.5
     """Speech probability (0..1) that starts speech."""
     prefix_padding_ms: int = 300

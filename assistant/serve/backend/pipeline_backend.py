@@ -137,7 +137,7 @@ class PipelineBackend:
             transcriber=rt.models.transcriber,
             synthesizer=self._recorder,
             turn_manager=TurnManager(self._turn_options(settings)),
-            listener=Listener(vad_options(rt.vad_options, td), None),
+            listener=Listener(vad_options(rt.vad_options, td, rt.turn_options), None),
             clock=self._clock,
             sink=self._sink,
             asr_options=rt.asr_options,
@@ -204,7 +204,7 @@ class PipelineBackend:
         if pipeline is not None:
             vad = None
             if td is not None and td != old.turn_detection:
-                vad = vad_options(self._rt.vad_options, td)
+                vad = vad_options(self._rt.vad_options, td, self._rt.turn_options)
             pipeline.update_settings(dialogue=self._dialogue_options(settings), vad=vad,
                                      turns=self._turn_options(settings))
 

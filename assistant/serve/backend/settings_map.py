@@ -14,35 +14,54 @@ from assistant.serve.backend import contract as B
 
 if TYPE_CHECKING:
     from assistant.dialogue.types import DialogueOptions
+    from assistant.turns.end_of_turn import EndOfTurnOptions
     from assistant.turns.turn_manager import TurnOptions
 
-__all__ = ["vad_options", "dialogue_options", "turn_options"]
+__all__ = ["vad_options", "dialogue_options", "turn_options", "end_of_turn"]
 
 
-def vad_options(base: Any, td: B.TurnDetectionSettings) -> Any:
-    """Realtime server-VAD knobs on top of the configured VAD."""
+def end_of_turn(base: TurnOptions, td: B.TurnDetectionSettings) -> EndOfTurnOptions:
+    """``server_vad``: the fixed silence; ``semantic_vad``: our model's end-of-turn score
+    between the eagerness limits (the silence when there is nothing to score)."""
+    from assistant.turns.end_of_turn import EAGERNESS
+
+    configured = base.end_of_turn
+    if td.type != "semantic_vad" or not base.speculate:
+        return dataclasses.replace(configured, mode="fixed", fallback_ms=td.silence_duration_ms)
+    low, high = EAGERNESS.get(td.eagerness, EAGERNESS["auto"])
+    return dataclasses.replace(configured, mode="semantic", fallback_ms=td.silence_duration_ms,
+                               min_silence_ms=low, max_silence_ms=high)
+
+
+def vad_options(base: Any, td: B.TurnDetectionSettings, turns: TurnOptions) -> Any:
+    """Realtime server-VAD knobs on top of the configured VAD (whose own end-of-turn
+    limit is the longest silence the session's rule may wait)."""
     short = min(base.short_pause_ms, max(20, td.silence_duration_ms - 20))
     return dataclasses.replace(
         base,
         aggressiveness=min(3, max(0, round(td.threshold * 4))),
         silero_threshold=min(0.99, max(0.01, td.threshold)),
         prefix_padding_ms=td.prefix_padding_ms,
-        end_of_turn_ms=max(td.silence_duration_ms, short),
+        end_of_turn_ms=max(end_of_turn(turns, td).longest_ms, short),
         short_pause_ms=short,
     )
 
 
 def dialogue_options(base: DialogueOptions, settings: B.SessionSettings) -> DialogueOptions:
     """The configured generation options with the session's overrides."""
+    td = settings.turn_detection
     return dataclasses.replace(
         base, system_prompt=settings.instructions,
         max_new_tokens=settings.max_output_tokens or base.max_new_tokens,
-        temperature=base.temperature if settings.temperature is None else settings.temperature)
+        temperature=base.temperature if settings.temperature is None else settings.temperature,
+        score_end_of_turn=td is not None and td.type == "semantic_vad")
 
 
 def turn_options(base: TurnOptions, settings: B.SessionSettings) -> TurnOptions:
-    """``interrupt_response: false`` means speech never interrupts a reply."""
+    """The session's end-of-turn rule; ``interrupt_response: false`` means speech never
+    interrupts a reply."""
     td = settings.turn_detection or B.TurnDetectionSettings()
+    options = dataclasses.replace(base, end_of_turn=end_of_turn(base, td))
     if td.interrupt_response:
-        return base
-    return dataclasses.replace(base, barge_in_min_ms=10**9)
+        return options
+    return dataclasses.replace(options, barge_in_min_ms=10**9)

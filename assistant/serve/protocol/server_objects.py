@@ -11,6 +11,7 @@ __all__ = [
     "ErrorDetail",
     "AudioFormat",
     "TurnDetection",
+    "SemanticTurnDetection",
     "TranscriptionConfig",
     "SessionAudioInput",
     "SessionAudioOutput",
@@ -60,6 +61,14 @@ class TurnDetection:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SemanticTurnDetection:
+    type: Literal["semantic_vad"] = "semantic_vad"
+    eagerness: Literal["low", "medium", "high", "auto"] = "auto"
+    create_response: bool = True
+    interrupt_response: bool = True
+
+
+@dataclass(frozen=True, kw_only=True)
 class TranscriptionConfig:
     model: str
     """The ASR model that transcribes the user's audio."""
@@ -70,7 +79,8 @@ class TranscriptionConfig:
 class SessionAudioInput:
     format: AudioFormat = field(default_factory=AudioFormat)
     transcription: TranscriptionConfig | None = None
-    turn_detection: TurnDetection | None = field(default_factory=TurnDetection)
+    turn_detection: TurnDetection | SemanticTurnDetection | None = field(
+        default_factory=TurnDetection)
     noise_reduction: None = None
 
 

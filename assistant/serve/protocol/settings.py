@@ -32,7 +32,7 @@ OPENAI_VOICES = frozenset(
 """Realtime built-in voice names; accepted as aliases of the daemon's default voice."""
 
 SEMANTIC_SILENCE_MS = {"low": 800, "medium": 500, "auto": 500, "high": 300}
-"""``semantic_vad`` eagerness approximated by a server-VAD silence duration (ms)."""
+"""``semantic_vad`` eagerness: the silence that ends a turn with nothing to score (ms)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,7 +88,9 @@ def _turn_detection(
         value = getattr(patch, name)
         if value is not MISSING:
             updates[name] = value
+    updates["type"] = patch.type
     if patch.type == "semantic_vad" and patch.eagerness is not MISSING:
+        updates["eagerness"] = patch.eagerness
         updates["silence_duration_ms"] = SEMANTIC_SILENCE_MS[patch.eagerness]
     return dataclasses.replace(base, **updates)  # type: ignore[arg-type]
 
@@ -188,6 +190,12 @@ def describe_session(
                 transcription=S.TranscriptionConfig(model=served.transcription_model),
                 turn_detection=None
                 if td is None
+                else S.SemanticTurnDetection(
+                    eagerness=td.eagerness,  # type: ignore[arg-type]
+                    create_response=td.create_response,
+                    interrupt_response=td.interrupt_response,
+                )
+                if td.type == "semantic_vad"
                 else S.TurnDetection(
                     threshold=td.threshold,
                     prefix_padding_ms=td.prefix_padding_ms,

@@ -1,0 +1,160 @@
+"""The end-of-turn test set: false cut-offs at mid-sentence pauses and endpoint delay on
+complete turns, for the fixed silence rule (550 ms, 300 ms) and the semantic rule.
+
+Not a test: prints tables. Each sentence is spoken whole (a complete turn) and cut at a
+natural mid-sentence point with a pause of 300-900 ms (an incomplete turn), by several
+voices (Piper at two rates, espeak-ng when installed) and with room noise, then replayed
+through the whole loop on the virtual clock (real VAD, ASR and LLM; compute takes no
+time on that clock, so delays are the rules' own, not this CPU's).
+
+- false cut-off: a cut sentence whose reply started inside the pause (before the user
+  went on);
+- endpoint delay: end of speech -> end of turn decided, on complete sentences.
+
+    .venv/bin/python bench/bench_turns.py [--pauses 300,600,900] [--sentences N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from assistant.app.config import AppConfig, default_config_path, load_config
+from assistant.app.report import format_table
+from assistant.loop import event_log as log
+from assistant.loop.metrics import percentile
+from assistant.loop.setup import LoopModels, load_models
+from assistant.replay.run import ReplayOptions, replay_sync
+from assistant.replay.scenario import Say, espeak_available, render_scenario
+from audio.wav import write_wav
+
+SENTENCES = (
+    ("I was wondering how much there might be", "left in the account after the holidays."),
+    ("Can you tell me the best way to", "get to the train station from here?"),
+    ("What I really want to know is", "whether it will rain tomorrow."),
+    ("My sister and I were thinking about", "visiting the museum this weekend."),
+    ("Could you remind me to call", "the dentist on Monday morning?"),
+    ("The thing about learning a new language is", "that you have to practice every day."),
+    ("How long does it take to", "boil an egg properly?"),
+    ("I need a recipe for something with", "chicken, rice and vegetables."),
+)
+
+MODES: dict[str, dict[str, object]] = {
+    # Speculation does not move a fixed endpoint: off, the baselines replay faster.
+    "fixed 550 ms": {"vad.end_of_turn": "fixed", "vad.end_of_turn_ms": 550,
+                     "turns.speculate": False},
+    "fixed 300 ms": {"vad.end_of_turn": "fixed", "vad.end_of_turn_ms": 300,
+                     "turns.speculate": False},
+    "semantic": {"vad.end_of_turn": "semantic"},
+}
+
+
+@dataclass(frozen=True)
+class Voice:
+    name: str
+    speaker: str  # piper | espeak
+    length_scale: float = 1.0
+    noise_dbfs: float = -65.0
+
+
+@dataclass
+class Tally:
+    cut_trials: int = 0
+    false_cuts: int = 0
+    delays: list[int] = field(default_factory=list)
+    missed_complete: int = 0
+    """Complete sentences never answered (should stay 0)."""
+
+
+def voices(models: LoopModels, cfg: AppConfig) -> list[Voice]:
+    out = [Voice("piper", "piper"), Voice("piper slow (x1.3)", "piper", 1.3),
+           Voice("piper + noise (-35 dBFS)", "piper", 1.0, -35.0)]
+    if espeak_available():
+        out.append(Voice("espeak-ng", "espeak"))
+    return out
+
+
+def render(models: LoopModels, voice: Voice, parts: list[Say], path: Path) -> int:
+    """Write the scenario; returns where its second utterance starts (ms), or -1."""
+    from audio.tts import Synthesizer, TTSOptions
+
+    synth = models.synthesizer
+    if voice.length_scale != 1.0:
+        synth = Synthesizer(models.synthesizer.model_path, models.synthesizer.config_path,
+                            TTSOptions(length_scale=voice.length_scale, noise_scale=0.0,
+                                       noise_w_scale=0.0))
+    parts = [Say(p.text, gap_ms=p.gap_ms, voice=voice.speaker) for p in parts]  # type: ignore[arg-type]
+    scenario = render_scenario(parts, synth, noise_floor_dbfs=voice.noise_dbfs)
+    write_wav(path, scenario.pcm, scenario.sample_rate)
+    said = scenario.said()
+    return said[1].start_ms if len(said) > 1 else -1
+
+
+def replay(models: LoopModels, cfg: AppConfig, wav: Path) -> list[log.Entry]:
+    return replay_sync(models, cfg, wav, ReplayOptions()).result.entries
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--pauses", default="300,600,900", help="mid-sentence pauses (ms)")
+    p.add_argument("--sentences", type=int, default=len(SENTENCES))
+    p.add_argument("--max-new-tokens", type=int, default=4,
+                   help="reply length (short: only the endpoint matters here)")
+    args = p.parse_args()
+    pauses = [int(x) for x in args.pauses.split(",")]
+    base = {"llm.max_new_tokens": args.max_new_tokens}
+    cfgs = {mode: load_config(default_config_path(), env={}, overrides={**base, **o})
+            for mode, o in MODES.items()}
+    print("loading models ...", file=sys.stderr)
+    models = load_models(next(iter(cfgs.values())), deterministic_tts=True)
+    tallies = {mode: Tally() for mode in MODES}
+    by_pause = {(mode, pause): [0, 0] for mode in MODES for pause in pauses}
+    with tempfile.TemporaryDirectory() as tmp:
+        for voice in voices(models, next(iter(cfgs.values()))):
+            for head, tail in SENTENCES[:args.sentences]:
+                wav = Path(tmp) / "complete.wav"
+                render(models, voice, [Say(f"{head} {tail}")], wav)
+                for mode, cfg in cfgs.items():
+                    entries = replay(models, cfg, wav)
+                    stops = [e for e in entries if isinstance(e, log.SpeechStoppedEntry)
+                             and not e.discarded]
+                    if stops:
+                        tallies[mode].delays.append(stops[-1].t_ms - stops[-1].speech_end_ms)
+                    if not any(isinstance(e, log.ResponseStartedEntry) for e in entries):
+                        tallies[mode].missed_complete += 1
+                for pause in pauses:
+                    wav = Path(tmp) / "cut.wav"
+                    resume_ms = render(models, voice, [Say(head), Say(tail, gap_ms=pause)], wav)
+                    for mode, cfg in cfgs.items():
+                        entries = replay(models, cfg, wav)
+                        early = any(isinstance(e, log.ResponseStartedEntry)
+                                    and e.t_ms < resume_ms for e in entries)
+                        t = tallies[mode]
+                        t.cut_trials += 1
+                        t.false_cuts += int(early)
+                        by_pause[(mode, pause)][0] += 1
+                        by_pause[(mode, pause)][1] += int(early)
+                print(f"{voice.name}: {head!r} done", file=sys.stderr, flush=True)
+    rows = []
+    for mode, t in tallies.items():
+        rate = t.false_cuts / t.cut_trials if t.cut_trials else 0.0
+        mean = sum(t.delays) / len(t.delays) if t.delays else 0.0
+        rows.append([mode, f"{t.false_cuts}/{t.cut_trials} ({100 * rate:.1f}%)",
+                     f"{mean:.0f} ms", f"{percentile(t.delays, 50) or 0:.0f} ms",
+                     f"{percentile(t.delays, 95) or 0:.0f} ms", t.missed_complete])
+    print(format_table(["end of turn", "false cut-offs (pauses)", "endpoint delay mean",
+                        "p50", "p95", "complete turns unanswered"], rows))
+    print(format_table(["end of turn"] + [f"false cut-offs at {p} ms" for p in pauses],
+                       [[mode] + [f"{by_pause[(mode, p)][1]}/{by_pause[(mode, p)][0]}"
+                                  for p in pauses] for mode in MODES]))
+    print("virtual clock: delays are the rules' own (speech end -> end of turn decided), "
+          "with compute taking no time; bench_loop.py --realtime measures this CPU")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The end-of-turn decision: a pure function of (silence so far, P(sentence ends), config),
+and the turn manager's use of it (semantic end of turn)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from assistant.turns.end_of_turn import (
+    EAGERNESS,
+    EndOfTurnOptions,
+    endpoint_silence_ms,
+    is_end_of_turn,
+    scoring_text,
+)
+from assistant.turns.events import (
+    EndOfTurn,
+    PartialTranscript,
+    RequestPartial,
+    SetEndOfTurnSilence,
+    ShortPause,
+    SpeechResumed,
+    SpeechStarted,
+    StartSpeculation,
+    TurnCompleteness,
+)
+from assistant.turns.turn_manager import TurnManager, TurnOptions
+
+SEM = EndOfTurnOptions(mode="semantic", fallback_ms=550, min_silence_ms=250,
+                       max_silence_ms=1600, p_complete=0.02, p_incomplete=0.002)
+FIXED = EndOfTurnOptions(mode="fixed", fallback_ms=550)
+
+
+@pytest.mark.parametrize(("silence", "p_end", "options", "ends"), [
+    # fixed: only the silence counts
+    (540, 0.99, FIXED, False),
+    (560, 0.0, FIXED, True),
+    # semantic, sure it is complete: the short silence ends it
+    (240, 0.5, SEM, False),
+    (260, 0.5, SEM, True),
+    (260, 0.02, SEM, True),
+    # sure it is not: wait up to the long limit
+    (900, 0.0001, SEM, False),
+    (1500, 0.002, SEM, False),
+    (1620, 0.002, SEM, True),
+    # unsure: in between (0.0063 is half way in log-probability: 925 ms)
+    (900, math.sqrt(0.02 * 0.002), SEM, False),
+    (930, math.sqrt(0.02 * 0.002), SEM, True),
+    # no score (yet, or nothing to score): the fixed fallback
+    (540, None, SEM, False),
+    (560, None, SEM, True),
+    (560, float("nan"), SEM, True),
+])
+def test_end_of_turn_decision_table(silence: int, p_end: float | None,
+                                    options: EndOfTurnOptions, ends: bool) -> None:
+    assert is_end_of_turn(silence, p_end, options) is ends
+
+
+def test_the_silence_falls_monotonically_as_the_score_rises() -> None:
+    ps = [10 ** (-k / 4) for k in range(24, -1, -1)]
+    waits = [endpoint_silence_ms(p, SEM) for p in ps]
+    assert waits == sorted(waits, reverse=True)
+    assert waits[0] == 1600 and waits[-1] == 250
+
+
+def test_options_are_validated_and_eagerness_maps_to_limits() -> None:
+    for bad in (dict(min_silence_ms=0), dict(min_silence_ms=900, max_silence_ms=800),
+                dict(p_complete=0.001, p_incomplete=0.002), dict(mode="sometimes")):
+        with pytest.raises(ValueError):
+            EndOfTurnOptions(**bad)  # type: ignore[arg-type]
+    assert SEM.longest_ms == 1600 and FIXED.longest_ms == 550
+    low, high = EAGERNESS["low"], EAGERNESS["high"]
+    assert low[0] > high[0] and low[1] > high[1]
+
+
+@pytest.mark.parametrize(("text", "scored"), [
+    ("What is the capital of France?", "What is the capital of France"),
+    ("how much there might be...", "how much there might be"),
+    ("  Well, -- ", "Well"),
+    ("?", ""),
+])
+def test_scoring_text_drops_trailing_punctuation(text: str, scored: str) -> None:
+    assert scoring_text(text) == scored
+
+
+# ---------------------------------------------------------------- the turn manager
+
+
+def semantic_tm(speculate: bool = True) -> TurnManager:
+    return TurnManager(TurnOptions(speculate=speculate, end_of_turn=SEM))
+
+
+def test_a_complete_question_gets_the_short_silence() -> None:
+    tm = semantic_tm()
+    tm.handle(SpeechStarted(0))
+    assert tm.handle(ShortPause(1200)) == [RequestPartial()]
+    assert tm.handle(PartialTranscript(1210, "what time is it")) == [
+        StartSpeculation(1, "what time is it")]
+    assert tm.handle(TurnCompleteness(1230, 1, 0.4)) == [SetEndOfTurnSilence(250, 0.4)]
+
+
+def test_a_thinking_pause_waits_and_the_score_follows_the_words() -> None:
+    tm = semantic_tm()
+    tm.handle(SpeechStarted(0))
+    tm.handle(ShortPause(1200))
+    tm.handle(PartialTranscript(1210, "how much there might be"))
+    assert tm.handle(TurnCompleteness(1230, 1, 0.001)) == [SetEndOfTurnSilence(1600, 0.001)]
+    assert tm.handle(SpeechResumed(1900)) == []
+    assert tm.handle(TurnCompleteness(1950, 1, 0.9)) == []  # not paused: kept, not applied
+    tm.handle(ShortPause(2600))
+    # Same words at the next pause: the kept score applies at once.
+    assert tm.handle(PartialTranscript(2610, "how much there might be")) == [
+        SetEndOfTurnSilence(250, 0.9)]
+    tm.handle(SpeechResumed(2700))
+    tm.handle(ShortPause(3400))
+    new = tm.handle(PartialTranscript(3410, "how much there might be prudently"))
+    assert isinstance(new[-1], StartSpeculation) and new[-1].spec_id == 2
+    assert tm.handle(TurnCompleteness(3420, 1, 0.9)) == []  # stale: spec 1's words
+    assert tm.handle(TurnCompleteness(3430, 2, 0.05)) == [SetEndOfTurnSilence(250, 0.05)]
+
+
+def test_nothing_to_score_gets_the_fallback() -> None:
+    tm = semantic_tm()
+    tm.handle(SpeechStarted(0))
+    tm.handle(ShortPause(1200))
+    assert tm.handle(PartialTranscript(1210, "  ")) == [SetEndOfTurnSilence(550, None)]
+    off = semantic_tm(speculate=False)
+    off.handle(SpeechStarted(0))
+    assert off.handle(ShortPause(1200)) == [SetEndOfTurnSilence(550, None)]
+
+
+def test_a_score_after_the_end_of_turn_is_ignored() -> None:
+    tm = semantic_tm()
+    tm.handle(SpeechStarted(0))
+    tm.handle(ShortPause(1200))
+    tm.handle(PartialTranscript(1210, "hello there"))
+    tm.handle(EndOfTurn(1800, 1000))
+    assert tm.handle(TurnCompleteness(1810, 1, 0.9)) == []
+
+
+def test_fixed_mode_never_sets_a_silence() -> None:
+    tm = TurnManager(TurnOptions(end_of_turn=FIXED))
+    tm.handle(SpeechStarted(0))
+    tm.handle(ShortPause(1200))
+    tm.handle(PartialTranscript(1210, "hello there"))
+    assert tm.handle(TurnCompleteness(1230, 1, 0.9)) == []
