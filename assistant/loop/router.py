@@ -164,7 +164,9 @@ def _end_score(p: LoopParts, item: EndOfTurnScore) -> None:
     actions = p.turn_input(TurnCompleteness(p.now_ms(), item.spec_id, float("nan")
                                             if p_end is None else p_end))
     silence = next((a.silence_ms for a in actions if isinstance(a, SetEndOfTurnSilence)), 0)
-    p.emit(log.EndOfTurnScoreEntry(p.now_ms(), item.spec_id, p_end, silence))
+    # Logged to 4 significant digits: a reused prefix can move the last float bits.
+    shown = None if p_end is None else float(f"{p_end:.4g}")
+    p.emit(log.EndOfTurnScoreEntry(p.now_ms(), item.spec_id, shown, silence))
 
 
 def _presynthesized(p: LoopParts, item: Presynthesized) -> None:

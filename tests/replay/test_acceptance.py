@@ -55,7 +55,12 @@ def test_one_question_one_answer(loop_models: LoopModels, question_run: Run) -> 
     assert isinstance(started_entry, log.ResponseStartedEntry)
     assert started_entry.speculation == "hit" and started_entry.prompt_tokens_computed == 0
     assert m.speculation_hit_rate == 1.0
-    assert m.voice_to_voice_ms and m.voice_to_voice_ms[0] >= run.cfg.vad.end_of_turn_ms
+    # The reply follows the end of turn: after the silence the end-of-turn rule waited
+    # (semantic: short, the model is sure this question is complete).
+    (stopped,) = [e for e in run.of("speech_stopped") if isinstance(e, log.SpeechStoppedEntry)]
+    waited = stopped.t_ms - stopped.speech_end_ms
+    assert run.cfg.vad.semantic_min_ms <= waited < run.cfg.vad.end_of_turn_ms
+    assert m.voice_to_voice_ms and m.voice_to_voice_ms[0] >= waited
 
 
 def test_replay_is_deterministic(loop_models: LoopModels, question_run: Run,

@@ -47,7 +47,7 @@ async def _conversation(server: Any, who: int) -> list[dict[str, Any]]:
                     "type": "input_text",
                     "text": f"I am caller {who}. Tell me fact number {turn + 1} about the sea."}]}}))
             await ws.send(json.dumps({"type": "response.create",
-                                      "response": {"max_output_tokens": 24}}))
+                                      "response": {"max_output_tokens": 16}}))
             done, _ = await until(ws, "response.done", timeout=240)
             done_events.append(done)
     return done_events
