@@ -9,7 +9,8 @@ time on that clock, so delays are the rules' own, not this CPU's).
 
 - false cut-off: a cut sentence whose reply started inside the pause (before the user
   went on);
-- endpoint delay: end of speech -> end of turn decided, on complete sentences.
+- endpoint delay: end of speech -> end of turn decided, on complete sentences, and
+  apart on short complete requests ("Thanks!", "Name a big animal.").
 
     .venv/bin/python bench/bench_turns.py [--pauses 300,600,900] [--sentences N]
 """
@@ -42,6 +43,10 @@ SENTENCES = (
     ("I need a recipe for something with", "chicken, rice and vegetables."),
 )
 
+SHORT = ("Name a big animal.", "Thanks!", "What do bees make?", "Hello there.",
+         "Set a timer for ten minutes.")
+"""Short complete requests, spoken whole only (the model is least sure of these)."""
+
 MODES: dict[str, dict[str, object]] = {
     # Speculation does not move a fixed endpoint: off, the baselines replay faster.
     "fixed 550 ms": {"vad.end_of_turn": "fixed", "vad.end_of_turn_ms": 550,
@@ -65,6 +70,7 @@ class Tally:
     cut_trials: int = 0
     false_cuts: int = 0
     delays: list[int] = field(default_factory=list)
+    short_delays: list[int] = field(default_factory=list)
     missed_complete: int = 0
     """Complete sentences never answered (should stay 0)."""
 
@@ -102,6 +108,7 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--pauses", default="300,600,900", help="mid-sentence pauses (ms)")
     p.add_argument("--sentences", type=int, default=len(SENTENCES))
+    p.add_argument("--short", type=int, default=len(SHORT), help="short requests to time")
     p.add_argument("--max-new-tokens", type=int, default=4,
                    help="reply length (short: only the endpoint matters here)")
     args = p.parse_args()
@@ -113,8 +120,20 @@ def main() -> int:
     models = load_models(next(iter(cfgs.values())), deterministic_tts=True)
     tallies = {mode: Tally() for mode in MODES}
     by_pause = {(mode, pause): [0, 0] for mode in MODES for pause in pauses}
+
+    def endpoint_delay(entries: list[log.Entry]) -> int | None:
+        stops = [e for e in entries if isinstance(e, log.SpeechStoppedEntry) and not e.discarded]
+        return stops[-1].t_ms - stops[-1].speech_end_ms if stops else None
+
     with tempfile.TemporaryDirectory() as tmp:
         for voice in voices(models, next(iter(cfgs.values()))):
+            for text in SHORT[:args.short]:
+                wav = Path(tmp) / "short.wav"
+                render(models, voice, [Say(text)], wav)
+                for mode, cfg in cfgs.items():
+                    delay = endpoint_delay(replay(models, cfg, wav))
+                    if delay is not None:
+                        tallies[mode].short_delays.append(delay)
             for head, tail in SENTENCES[:args.sentences]:
                 wav = Path(tmp) / "complete.wav"
                 render(models, voice, [Say(f"{head} {tail}")], wav)
@@ -143,11 +162,15 @@ def main() -> int:
     for mode, t in tallies.items():
         rate = t.false_cuts / t.cut_trials if t.cut_trials else 0.0
         mean = sum(t.delays) / len(t.delays) if t.delays else 0.0
+        short = t.short_delays
         rows.append([mode, f"{t.false_cuts}/{t.cut_trials} ({100 * rate:.1f}%)",
                      f"{mean:.0f} ms", f"{percentile(t.delays, 50) or 0:.0f} ms",
-                     f"{percentile(t.delays, 95) or 0:.0f} ms", t.missed_complete])
+                     f"{percentile(t.delays, 95) or 0:.0f} ms",
+                     f"{sum(short) / len(short) if short else 0:.0f} ms",
+                     f"{percentile(short, 95) or 0:.0f} ms", t.missed_complete])
     print(format_table(["end of turn", "false cut-offs (pauses)", "endpoint delay mean",
-                        "p50", "p95", "complete turns unanswered"], rows))
+                        "p50", "p95", "short requests mean", "short p95",
+                        "complete turns unanswered"], rows))
     print(format_table(["end of turn"] + [f"false cut-offs at {p} ms" for p in pauses],
                        [[mode] + [f"{by_pause[(mode, p)][1]}/{by_pause[(mode, p)][0]}"
                                   for p in pauses] for mode in MODES]))

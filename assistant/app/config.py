@@ -77,8 +77,8 @@ class VadConfig(_Section):
     end_of_turn: Literal["fixed", "semantic"] = "semantic"
     semantic_min_ms: int = Field(250, gt=0)
     semantic_max_ms: int = Field(1600, gt=0)
-    semantic_p_complete: float = Field(0.02, gt=0.0, lt=1.0)
-    semantic_p_incomplete: float = Field(0.002, gt=0.0, lt=1.0)
+    semantic_p_complete: float = Field(0.1, gt=0.0, lt=1.0)
+    semantic_p_incomplete: float = Field(0.003, gt=0.0, lt=1.0)
 
 
 class AsrConfig(_Section):

@@ -10,10 +10,12 @@ The text is scored *without* its trailing punctuation: ASR punctuation at a paus
 guess, the model's own is the signal (as LiveKit's turn detector also drops it).
 
 Measured on SmolLM2-135M-Instruct (our default model), P(sentence ends) after complete
-requests is 0.009-0.93 ("Name a big animal" 0.009, "How many legs does a spider have"
-0.90) and after cut ones 0.0001-0.003 ("I was wondering how much there might be"
-0.003), so the silence required falls from ``max_silence_ms`` at ``p_incomplete`` to
-``min_silence_ms`` at ``p_complete``, linearly in log-probability between.
+sentences is 0.5-0.93, after short requests 0.009-0.4 ("Name a big animal" 0.009,
+"Thanks" 0.03, "Hello" 0.16) and after cut ones 0.0001-0.03 ("I was wondering how much
+there might be" 0.003, "What I really want to know is" 0.028), so the silence required
+falls from ``max_silence_ms`` at ``p_incomplete`` (0.003) to ``min_silence_ms`` at
+``p_complete`` (0.1), linearly in log-probability between: a short request waits
+longer than a long sentence, a cut one longest (bench/bench_turns.py).
 
 Before the score is known (or when there is none: nothing transcribed, speculation
 off) the ``fallback_ms`` rule applies.
@@ -45,9 +47,9 @@ class EndOfTurnOptions:
     max_silence_ms: int = 1600
     """Silence that ends a turn the model is sure is not complete (the user may simply
     have stopped mid-sentence)."""
-    p_complete: float = 0.02
+    p_complete: float = 0.1
     """P(sentence ends) at or above which ``min_silence_ms`` applies."""
-    p_incomplete: float = 0.002
+    p_incomplete: float = 0.003
     """P(sentence ends) at or below which ``max_silence_ms`` applies."""
 
     def __post_init__(self) -> None:
