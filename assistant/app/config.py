@@ -182,7 +182,7 @@ def default_config_path(cwd: Path | None = None) -> Path | None:
     here = (cwd or Path.cwd()) / "config.yaml"
     if here.is_file():
         return here
-    project = Path(__file__).resolve().parents[1] / "config.yaml"
+    project = Path(__file__).resolve().parents[2] / "config.yaml"
     return project if project.is_file() else None
 
 

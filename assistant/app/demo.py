@@ -19,7 +19,7 @@ from audio.tts import SpanSynthesizer
 
 __all__ = ["DEMO_WAV", "demo_parts", "build_demo_wav", "main"]
 
-DEMO_WAV = Path(__file__).resolve().parents[1] / "tests" / "data" / "demo_conversation.wav"
+DEMO_WAV = Path(__file__).resolve().parents[2] / "tests" / "data" / "demo_conversation.wav"
 """The bundled recording of the user's side of the demo conversation."""
 
 

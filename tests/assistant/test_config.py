@@ -99,3 +99,13 @@ def test_unquoted_yaml_off_means_off(tmp_path: Path) -> None:
     assert load_config(PROJECT_CONFIG, env={"ASSISTANT__ECHO__MODE": "off"}).echo.mode == "off"
     with pytest.raises(ConfigError, match="echo.mode"):
         load_config(write(tmp_path, "echo:\n  mode: on\n"), env={})
+
+
+def test_the_project_config_and_demo_recording_are_found_from_any_directory(
+        tmp_path: Path) -> None:
+    from assistant.app.config import default_config_path
+    from assistant.app.demo import DEMO_WAV
+
+    found = default_config_path(tmp_path)  # no config.yaml there: the project's own
+    assert found is not None and found.is_file() and found.parent.joinpath("pyproject.toml").is_file()
+    assert DEMO_WAV.is_file()  # the bundled recording, not a path that gets rebuilt
