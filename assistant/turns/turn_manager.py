@@ -22,9 +22,8 @@ Rules
   adopts or drops it.
 - With the semantic end of turn (:mod:`assistant.turns.end_of_turn`), the speculation's
   P(the sentence ends here) sets how much silence ends this pause
-  (:class:`SetEndOfTurnSilence`); until it is known the VAD waits up to its longest
-  limit, and a pause with nothing to score (no words, no speculation) gets the fixed
-  fallback.
+  (:class:`SetEndOfTurnSilence`); until it is known, and when there is nothing to score
+  (no words, no speculation), the fixed fallback holds.
 - A text turn (:class:`TextTurn`) is answered only while listening; an
   :class:`Interrupt` of the reply in flight cuts it like a barge-in (to the words heard,
   none before audio) and gives the floor back.
@@ -214,8 +213,11 @@ class TurnManager:
             self._paused = True
             if self.options.speculate:
                 out.append(RequestPartial())
-            elif self.options.semantic:
-                self._set_silence(None, out)  # nothing will be scored
+            if self.options.semantic:
+                # Until the score is known the fixed silence holds: a score that comes
+                # late (a slow transcript) may lengthen or shorten the wait, but the
+                # semantic rule is never slower than the fixed one for lack of it.
+                self._set_silence(None, out)
 
     def _on_end_of_turn(self, ev: EndOfTurn, out: list[TurnAction]) -> None:
         if self._candidate is not None:
