@@ -70,11 +70,9 @@ class ContextWindow:
     def set_budget(self, tokens: int | None, headroom: int) -> None:
         """A cache share (tokens) on top of the fixed limits, never below the system
         prompt plus ``headroom`` (one whole turn)."""
-        turns = self._conv.turns
-        floor = len(turns[0].token_ids) if turns and turns[0].role == "system" else 0
         limits = list(self._limits)
         if tokens is not None:
-            limits.append(max(tokens, floor + headroom))
+            limits.append(max(tokens, self._conv.system_tokens + headroom))
         self.limit = min(limits) if limits else None
 
     # ------------------------------------------------------------------ queries
@@ -181,7 +179,7 @@ class ContextWindow:
         try:
             computed = seq.extend(ids[len(seq):]).computed
         except BaseException:
-            self._conv.hide_oldest(self._hide_all())
+            self._conv.hide_oldest(self._conv.hideable_turns)
             seq.truncate(min(len(seq), self._conv.num_tokens))
             if len(seq) < self._conv.num_tokens:  # the cut went into the system prompt
                 seq.extend(self._conv.token_ids[len(seq):])
@@ -225,8 +223,4 @@ class ContextWindow:
             for hidden in starts:
                 if len(self._conv.window_ids(hidden)) <= target:
                     return hidden
-        return self._hide_all()
-
-    def _hide_all(self) -> int:
-        turns = self._conv.turns
-        return len(turns) - (1 if turns and turns[0].role == "system" else 0)
+        return self._conv.hideable_turns

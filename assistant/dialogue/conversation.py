@@ -135,6 +135,16 @@ class Conversation:
         return [i - first for i in range(first + self._hidden, len(self._turns))
                 if self._turns[i].role == "user"]
 
+    @property
+    def system_tokens(self) -> int:
+        """Ids of the system prompt (0 without one): they never leave the context."""
+        return len(self._turns[0].token_ids) if self._first_hideable() else 0
+
+    @property
+    def hideable_turns(self) -> int:
+        """Every turn but the system prompt (hiding as many hides all of them)."""
+        return len(self._turns) - self._first_hideable()
+
     def _first_hideable(self) -> int:
         return 1 if self._turns and self._turns[0].role == "system" else 0
 

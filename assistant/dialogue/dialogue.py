@@ -208,12 +208,10 @@ class Dialogue:
         self._specs.cancel_all()
         base = len(self._seq)
         put = put_prompt(self._seq, prompt, spec)
-        self._seq = put.seq
-        outcome, common, drafted, reply = put.outcome, put.common, put.drafted, put.reply
-        computed, reused, pending_done = put.computed, put.reused, put.pending_done
+        self._seq, reply, pending_done = put.seq, put.reply, put.pending_done
         self.conversation.add_user(user_text, user_ids, turn_id=turn_id)
         live = _LiveTurn(turn_id=turn_id, user_text=user_text, header_ids=header,
-                         reply_start=base + len(prompt), reply=reply, drafted=drafted)
+                         reply_start=base + len(prompt), reply=reply, drafted=put.drafted)
         self._live = live
         if len(reply):
             self._outbox.append(ReplyDelta(turn_id, reply.text, len(reply), done=pending_done,
@@ -233,9 +231,10 @@ class Dialogue:
                                             priority=Priority.LIVE)
         return TurnStart(
             turn_id=turn_id, user_text=user_text, prompt_tokens=len(prompt),
-            prompt_tokens_computed=computed, prompt_tokens_reused=reused, speculation=outcome,
+            prompt_tokens_computed=put.computed, prompt_tokens_reused=put.reused,
+            speculation=put.outcome,
             spec_id=spec.spec_id if spec else None, spec_text=spec.user_text if spec else "",
-            common_prefix_tokens=common, drafted_tokens=drafted)
+            common_prefix_tokens=put.common, drafted_tokens=put.drafted)
 
     def collect(self) -> list[DialogueOutput]:
         """What came out of the backend for this conversation since the last call (call

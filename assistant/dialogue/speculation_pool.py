@@ -84,8 +84,8 @@ class SpeculationPool:
 
     def _score(self, fork: LLMSequence, prompt: tuple[int, ...], score_ids: Sequence[int],
                end_ids: Collection[int]) -> tuple[int, float]:
-        shared = common_prefix_len(prompt, score_ids)
-        shared -= shared == len(prompt)  # the draft's job computes at least one id
+        # Up to where the two part, leaving the draft's job at least one id to compute.
+        shared = min(common_prefix_len(prompt, score_ids), len(prompt) - 1)
         if shared:
             fork.extend(prompt[:shared])
         if shared == len(score_ids):

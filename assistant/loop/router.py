@@ -160,12 +160,10 @@ def _drafted(p: LoopParts, item: SpeculationDrafted) -> None:
 
 
 def _end_score(p: LoopParts, item: EndOfTurnScore) -> None:
-    p_end = None if math.isnan(item.p_end) else item.p_end
-    actions = p.turn_input(TurnCompleteness(p.now_ms(), item.spec_id, float("nan")
-                                            if p_end is None else p_end))
+    actions = p.turn_input(TurnCompleteness(p.now_ms(), item.spec_id, item.p_end))
     silence = next((a.silence_ms for a in actions if isinstance(a, SetEndOfTurnSilence)), 0)
     # Logged to 4 significant digits: a reused prefix can move the last float bits.
-    shown = None if p_end is None else float(f"{p_end:.4g}")
+    shown = None if math.isnan(item.p_end) else float(f"{item.p_end:.4g}")
     p.emit(log.EndOfTurnScoreEntry(p.now_ms(), item.spec_id, shown, silence))
 
 
