@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from assistant.app.errors import ConfigError
 
@@ -113,6 +120,38 @@ class EngineConfig(_Section):
     max_batch: int = Field(8, gt=0)
     prefill_chunk: int = Field(512, gt=0)
     weights: Literal["fp32", "bf16", "int8", "int4"] | None = None
+    backend: Literal["local", "vllm"] = "local"
+    """local: our paged engine in this process; vllm: vLLM servers at ``url``."""
+    url: tuple[str, ...] = ()
+    """vLLM replicas (``http://host:port``); a string may list several, comma-separated."""
+    vllm_block_size: int = Field(32, gt=0)
+    """The servers' ``--block-size`` (expected prefix-cache reuse in the logs)."""
+    vllm_penalty: Literal["windowed", "vllm"] = "windowed"
+    """windowed: the servers load our penalty (same replies as the local engine);
+    vllm: vLLM's own repetition penalty (every id of the prompt and reply)."""
+
+    @field_validator("url", mode="before")
+    @classmethod
+    def _split_urls(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(u for u in value.replace(",", " ").split() if u)
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _check_urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for url in value:
+            if not url.startswith("http://") or len(url) <= len("http://"):
+                raise ValueError(f"{url!r}: expected http://HOST:PORT")
+        if len(set(value)) != len(value):
+            raise ValueError(f"duplicate URLs in {list(value)}")
+        return tuple(u.rstrip("/") for u in value)
+
+    @model_validator(mode="after")
+    def _url_for_vllm(self) -> EngineConfig:
+        if self.backend == "vllm" and not self.url:
+            raise ValueError("backend vllm needs engine.url (one or more http://HOST:PORT)")
+        return self
 
 
 class LlmConfig(_Section):

@@ -50,31 +50,22 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from assistant.app.models import cache_dir, resolve_llm
-    from assistant.llm.local import LocalBackend
-    from assistant.loop.setup import dialogue_options
-    from engine import Engine
+    from assistant.loop.setup import dialogue_options, load_llm
     from engine.chat_template import ChatTemplate
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr)
 
-    path = resolve_llm(cfg, progress=progress)
-    engine = Engine.load(path, device=cfg.engine.device, dtype=cfg.engine.dtype,
-                         page_size=cfg.engine.page_size, num_pages=cfg.engine.num_pages,
-                         max_batch=cfg.engine.max_batch,
-                         prefill_chunk=cfg.engine.prefill_chunk,
-                         weights=cfg.engine.weights,
-                         cache_dir=cache_dir(cfg) / "weights")
-    template = ChatTemplate(engine.tokenizer)
+    backend, tokenizer, _engine = load_llm(cfg, progress=progress)
+    template = ChatTemplate(tokenizer)
     template.verify()
     options = dialogue_options(cfg)
     options = replace(
         options, max_new_tokens=args.max_new_tokens or options.max_new_tokens,
         temperature=options.temperature if args.temperature is None else args.temperature,
         system_prompt=options.system_prompt if args.system is None else args.system)
-    with ChatSession(LocalBackend(engine), template, options) as session:
-        print(f"chat with {path.name} ({HELP})", file=sys.stderr)
+    with ChatSession(backend, template, options) as session:
+        print(f"chat with {backend.name} ({HELP})", file=sys.stderr)
         chat_repl(session, sys.stdin, sys.stdout)
     return 0
 

@@ -58,6 +58,20 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def _remote_llm(cfg: AppConfig, path: Path) -> str:
+    """The vLLM replicas' model, after checking their tokenizer is ``path``'s (a mismatch
+    raises: the ids we send must mean the same there)."""
+    from assistant.llm.vllm.connect import connect
+    from assistant.loop.setup import vllm_options
+
+    backend = connect(vllm_options(cfg), path)
+    up = [h.url for h in backend.health() if h.up]
+    down = [h.url for h in backend.health() if not h.up]
+    note = f"; down: {', '.join(down)}" if down else ""
+    return (f"served by vLLM as {backend.model.name} ({backend.max_positions} positions) at "
+            f"{', '.join(up)}{note}; tokenizer matches the local one")
+
+
 def inspect_models(cfg: AppConfig, *, load: bool = True) -> list[ModelReport]:
     from assistant.app import models
 
@@ -89,6 +103,8 @@ def inspect_models(cfg: AppConfig, *, load: bool = True) -> list[ModelReport]:
         def try_load() -> str:
             from engine.loader import load_runner
 
+            if cfg.engine.backend == "vllm":
+                return _remote_llm(cfg, path)
             # A tiny KV pool: this checks that our engine can run the weights.
             runner, _tokenizer = load_runner(path, page_size=16, num_pages=4)
             source = models.resolve_llm_source(cfg)

@@ -23,6 +23,8 @@ from assistant.turns.turn_manager import TurnManager, TurnOptions
 
 if TYPE_CHECKING:
     from assistant.llm.host import EngineHost
+    from assistant.llm.protocol import LLMBackend
+    from assistant.llm.vllm.connect import VLLMOptions
     from audio.asr import Transcriber
     from audio.clock import Clock
     from audio.echo import EchoOptions, EchoProcessor
@@ -31,8 +33,10 @@ if TYPE_CHECKING:
     from audio.tts import Synthesizer
     from audio.vad import VadOptions
     from engine import ChatTemplate, Engine
+    from engine.detokenize import TokenizerLike
 
-__all__ = ["LiveAudio", "LoopModels", "load_models", "build_pipeline", "vad_options",
+__all__ = ["LiveAudio", "LoopModels", "load_models", "load_llm", "vllm_options", "build_pipeline",
+           "vad_options",
            "echo_options", "dialogue_options", "turn_options", "open_live_audio"]
 
 
@@ -41,9 +45,10 @@ class LoopModels:
     """The loaded models of the loop (shared by every pipeline of a process).
 
     ``host`` is the one engine thread that owns the LLM backend; every conversation of
-    the process runs on it. :meth:`close` stops it (release the pipelines first)."""
+    the process runs on it. :meth:`close` stops it (release the pipelines first).
+    ``engine`` is None when the backend is remote (``engine.backend: vllm``)."""
 
-    engine: Engine
+    engine: Engine | None
     template: ChatTemplate
     transcriber: Transcriber
     synthesizer: Synthesizer
@@ -62,12 +67,11 @@ def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     the same samples and durations), which replay on a virtual clock needs to give the
     same events for the same input.
     """
-    from assistant.app.models import cache_dir, resolve_asr, resolve_llm, resolve_voice
+    from assistant.app.models import resolve_asr, resolve_voice
     from assistant.llm.host import EngineHost
-    from assistant.llm.local import LocalBackend
     from audio.asr import ASROptions, Transcriber
     from audio.tts import Synthesizer, TTSOptions
-    from engine import ChatTemplate, Engine
+    from engine import ChatTemplate
 
     say = progress or (lambda _msg: None)
     say("loading speech recognition")
@@ -81,15 +85,41 @@ def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     synthesizer = Synthesizer(onnx, config_json, TTSOptions(
         length_scale=cfg.tts.length_scale, noise_scale=noise, noise_w_scale=noise))
     say("loading language model")
+    backend, tokenizer, engine = load_llm(cfg, progress=progress)
+    template = ChatTemplate(tokenizer)
+    template.verify()
+    return LoopModels(engine, template, transcriber, synthesizer, EngineHost(backend))
+
+
+def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
+             ) -> tuple[LLMBackend, TokenizerLike, Engine | None]:
+    """The configured LLM backend, its tokenizer, and the local engine (None on vLLM,
+    whose servers must serve ``models.llm``: the local copy gives the tokenizer)."""
+    from assistant.app.models import cache_dir, resolve_llm
+    from engine import Engine
+
+    path = resolve_llm(cfg, progress=progress)
     e = cfg.engine
-    engine = Engine.load(resolve_llm(cfg, progress=progress), device=e.device, dtype=e.dtype,
-                         page_size=e.page_size, num_pages=e.num_pages, max_batch=e.max_batch,
+    if e.backend == "vllm":
+        from assistant.llm.vllm.connect import connect
+
+        remote = connect(vllm_options(cfg), path, progress=progress)
+        return remote, remote.tokenizer, None
+    from assistant.llm.local import LocalBackend
+
+    engine = Engine.load(path, device=e.device, dtype=e.dtype, page_size=e.page_size,
+                         num_pages=e.num_pages, max_batch=e.max_batch,
                          prefill_chunk=e.prefill_chunk, weights=e.weights,
                          cache_dir=cache_dir(cfg) / "weights")
-    template = ChatTemplate(engine.tokenizer)
-    template.verify()
-    return LoopModels(engine, template, transcriber, synthesizer,
-                      EngineHost(LocalBackend(engine)))
+    return LocalBackend(engine), engine.tokenizer, engine
+
+
+def vllm_options(cfg: AppConfig) -> VLLMOptions:
+    from assistant.llm.vllm.connect import VLLMOptions
+
+    e = cfg.engine
+    return VLLMOptions(urls=e.url, block_size=e.vllm_block_size,
+                       windowed_penalty=e.vllm_penalty == "windowed")
 
 
 def vad_options(cfg: AppConfig) -> VadOptions:

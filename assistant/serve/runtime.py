@@ -66,6 +66,7 @@ class ServeRuntime:
         gauges["sequences_unowned"] = max(0, stats.sequences - owned)
         gauges["session_sequences"] = {o.session: o.sequences for o in owners}
         gauges["session_tokens"] = {o.session: o.tokens for o in owners}
+        gauges.update(_replica_gauges(host.backend))
         return gauges
 
     def check_engine(self, timeout_s: float = 30.0) -> None:
@@ -150,6 +151,19 @@ def build_runtime(cfg: AppConfig, progress: Callable[[str], None] | None = None)
     from assistant.loop.setup import load_models
 
     return runtime_from_models(cfg, load_models(cfg, progress=progress))
+
+
+def _replica_gauges(backend: Any) -> dict[str, int | Mapping[str, int]]:
+    """Per-replica health of a vLLM backend (none for the local engine)."""
+    from assistant.llm.vllm.backend import VLLMBackend
+
+    if not isinstance(backend, VLLMBackend):
+        return {}
+    health = backend.health()
+    return {"replica_up": {h.url: int(h.up) for h in health},
+            "replica_requests": {h.url: h.requests for h in health},
+            "replica_failures": {h.url: h.failures for h in health},
+            "replica_failovers": {h.url: h.failovers for h in health}}
 
 
 def _gauges(stats: Any) -> dict[str, int]:

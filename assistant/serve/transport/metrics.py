@@ -20,7 +20,9 @@ EngineGauges = Callable[[], Mapping[str, "int | Mapping[str, int]"]]
 """Returns the engine's counters, e.g. ``{"pages_used": 12, "tokens_computed": 900}``.
 
 Keys starting with ``tokens_`` are exported as counters (cumulative), the rest as gauges;
-a mapping value is one gauge per session, e.g. ``{"session_sequences": {"sess_1": 2}}``.
+a mapping value is one gauge per session, e.g. ``{"session_sequences": {"sess_1": 2}}``,
+or per vLLM replica for keys starting with ``replica_`` (label ``replica``), e.g.
+``{"replica_up": {"http://10.0.0.5:8000": 1}}``.
 """
 
 _LATENCY_BUCKETS = (0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0)
@@ -38,8 +40,9 @@ class _EngineCollector(Collector):
         for name, value in sorted(values.items()):
             metric_name = f"assistant_engine_{name}"
             if not isinstance(value, int):
+                label = "replica" if name.startswith("replica_") else "session"
                 family = GaugeMetricFamily(metric_name, f"engine {name.replace('_', ' ')}",
-                                           labels=["session"])
+                                           labels=[label])
                 for session, count in sorted(value.items()):
                     family.add_metric([session], count)
                 yield family
