@@ -56,7 +56,7 @@ def server_command(opts: ServerOptions) -> list[str]:
            "--dtype", opts.dtype, "--max-model-len", str(opts.max_model_len),
            "--enable-prefix-caching", "--block-size", str(opts.block_size),
            "--enforce-eager", "--kv-cache-memory-bytes", str(opts.kv_cache_bytes),
-           "--enable-prompt-tokens-details", "--disable-log-stats"]
+           "--enable-prompt-tokens-details"]
     if opts.windowed_penalty:
         cmd += ["--logits-processors", PENALTY_PROCESSOR]
     return cmd + list(opts.extra_args)
