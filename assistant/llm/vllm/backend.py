@@ -80,6 +80,8 @@ class RequestRecord:
     """Seconds from sending to the first id (None: no id came)."""
     failover: bool
     """Sent again after another replica failed mid-request."""
+    prompt_ids: tuple[int, ...] = ()
+    """The prompt as the server echoed it (``return_token_ids``; empty if it did not)."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ class _Request:
     first_at: float | None = None
     cached: int | None = None
     received: int = 0
+    echoed: tuple[int, ...] = ()
     server_done: bool = False
     """The server ended the request (a finish reason came): its usage follows."""
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -415,6 +418,8 @@ class VLLMBackend:
             if not req.failover:
                 job.prompt_stats = PrefillStats(computed, req.cached, 0)
         for choice in event.get("choices") or ():
+            if choice.get("prompt_token_ids"):
+                req.echoed = tuple(int(t) for t in choice["prompt_token_ids"])
             ids = [int(t) for t in choice.get("token_ids") or ()]
             if ids:
                 req.first_at = req.first_at or self._clock()
@@ -457,7 +462,8 @@ class VLLMBackend:
                  job.job_id, req.replica.url, cached, len(req.prompt), expected)
         ttft = None if req.first_at is None else req.first_at - req.sent_at
         self.records.append(RequestRecord(job.job_id, req.replica.url, len(req.prompt),
-                                          cached, expected, req.received, ttft, req.failover))
+                                          cached, expected, req.received, ttft, req.failover,
+                                          req.echoed))
 
     def _forget(self, job: RemoteJob) -> None:
         self._jobs.pop(job.job_id, None)
