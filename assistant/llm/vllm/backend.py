@@ -20,6 +20,7 @@ import itertools
 import logging
 import math
 import queue
+import random
 import threading
 import time
 from collections import deque
@@ -126,7 +127,7 @@ class VLLMBackend:
         self._poll_s = poll_s
         self._clock = clock
         self._ids = itertools.count(1)
-        self._keys = itertools.count(1)
+        self._keys = random.Random()  # random routing keys: processes spread alike
         self._sequences: dict[int, RemoteSequence] = {}
         self._jobs: dict[int, RemoteJob] = {}
         self._requests: dict[int, _Request] = {}
@@ -164,7 +165,7 @@ class VLLMBackend:
         return None  # the server's cache is shared with every other client
 
     def sequence(self, *, priority: Priority = Priority.LIVE) -> LLMSequence:
-        return self.new_sequence(key=next(self._keys), priority=priority)
+        return self.new_sequence(key=self._keys.getrandbits(63), priority=priority)
 
     def next_token_probability(self, seq: LLMSequence, token_ids: Collection[int]) -> float:
         """From the top log-probabilities of a one-token completion (ids outside the top
