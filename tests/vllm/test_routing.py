@@ -99,3 +99,32 @@ def test_engine_url_takes_one_or_several_replicas() -> None:
         load_config(CONFIG, env={}, overrides={"engine.backend": "vllm",
                                                "engine.url": "a:1"})
     assert load_config(CONFIG, env={}).engine.backend == "local"
+
+
+def test_no_server_fails_the_job_and_then_refuses_new_ones_leaving_the_sequence(
+        llm_dir: Path) -> None:
+    """Nothing listens at the only replica: the running job fails (JobsFailed, as the
+    host expects), the next enqueue is refused at once and changes nothing."""
+    from assistant.llm.protocol import JobsFailed
+    from assistant.llm.vllm.backend import RemoteModel, VLLMBackend
+    from assistant.llm.vllm.connect import load_tokenizer
+    from engine.params import SamplingParams
+    from tests.vllm.conftest import free_port
+
+    r = Router([Endpoint(f"http://127.0.0.1:{free_port()}")], block_size=32)
+    backend = VLLMBackend(r, RemoteModel("m", 2048, 49152, (2,), 32), load_tokenizer(llm_dir))
+    seq = backend.sequence()
+    seq.extend([1, 2, 3])
+    job = backend.enqueue(seq, SamplingParams(max_new_tokens=4), prompt_ids=[4, 5])
+    with pytest.raises(JobsFailed) as failed:
+        while backend.has_work():
+            backend.step()
+    assert failed.value.jobs == (job,) and job.done
+    assert isinstance(failed.value.cause, NoReplica)
+    assert not backend.health()[0].up
+    with pytest.raises(NoReplica):
+        backend.enqueue(seq, SamplingParams(max_new_tokens=4), prompt_ids=[6])
+    assert seq.tokens == (1, 2, 3, 4, 5)
+    assert not backend.has_work()
+    backend.check()
+    seq.extend([6])  # the sequence stays usable

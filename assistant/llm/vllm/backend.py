@@ -185,14 +185,19 @@ class VLLMBackend:
     def enqueue(self, seq: LLMSequence, params: SamplingParams, *,
                 prompt_ids: Sequence[int] = (), priority: Priority | None = None) -> LLMJob:
         rseq = self._own(seq)
+        before = len(rseq)
         stats = rseq.extend(prompt_ids)
         job = RemoteJob(next(self._ids), rseq, params,
                         priority=rseq.priority if priority is None else priority,
                         tokenizer=self._tokenizer, eos_token_ids=self.model.eos_token_ids)
         job.prompt_stats = stats
+        try:
+            self._send(job, failover=False)
+        except BaseException:  # no replica: as if never enqueued
+            rseq.cut(before)
+            raise
         rseq.job = job
         self._jobs[job.job_id] = job
-        self._send(job, failover=False)
         return job
 
     def cancel(self, job: LLMJob) -> None:
