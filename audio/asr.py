@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audio.errors import AudioValueError, ModelLoadError
+from audio.whisper_window import FULL_FRAMES, WindowGuard, looks_wrong
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
@@ -63,12 +64,18 @@ class ASROptions:
     silero_threshold: float = 0.5
     min_speech_ms: int = 90
     """Silero must find at least this much speech for the audio to be decoded."""
+    window_s: float = 0.0
+    """Encoder window for short audio (seconds; 0 = Whisper's full 30 s). A shorter
+    window decodes a short utterance several times faster; a result that looks wrong
+    is decoded again on the full window (:mod:`audio.whisper_window`)."""
 
     def __post_init__(self) -> None:
         if self.speech_check not in ("silero", "rms", "none"):
             raise ValueError(f"speech_check must be silero, rms or none, got {self.speech_check!r}")
         if self.beam_size < 1 or not self.temperature:
             raise ValueError("beam_size must be >= 1 and temperature non-empty")
+        if not 0.0 <= self.window_s <= _WINDOW_S:
+            raise ValueError(f"window_s must be in [0, {_WINDOW_S:g}], got {self.window_s}")
 
 
 @dataclass(frozen=True)
@@ -145,6 +152,8 @@ class Transcriber:
         self.options = options if options is not None else ASROptions()
         self._model = _load_model(self.model_dir, self.options)
         self._lock = threading.Lock()
+        self.fallbacks = 0
+        """Decodes on the cut window that were not trusted and ran again on the full one."""
 
     @classmethod
     def from_model(cls, model: WhisperModel, options: ASROptions | None = None) -> Transcriber:
@@ -154,6 +163,7 @@ class Transcriber:
         self.options = options if options is not None else ASROptions()
         self._model = model
         self._lock = threading.Lock()
+        self.fallbacks = 0
         return self
 
     # -- silence gate ------------------------------------------------------------------
@@ -216,25 +226,45 @@ class Transcriber:
         if regions and audio.shape[0] > _WINDOW_S * SAMPLE_RATE:
             clips = [t / SAMPLE_RATE for r in regions for t in r]
         words_on = self.options.word_timestamps if word_timestamps is None else word_timestamps
-        o = self.options
+        kwargs = self._decode_kwargs(initial_prompt, words_on, clips)
         with self._lock:
-            segments, info = self._model.transcribe(
-                audio,
-                language=o.language,
-                beam_size=o.beam_size,
-                temperature=list(o.temperature),
-                no_speech_threshold=o.no_speech_threshold,
-                log_prob_threshold=o.log_prob_threshold,
-                condition_on_previous_text=False,
-                initial_prompt=initial_prompt,
-                word_timestamps=words_on,
-                vad_filter=False,
-                clip_timestamps=clips,
-            )
-            segs = tuple(_segment(s) for s in segments)
+            segments, info = self._model.transcribe(audio, **kwargs)
+            raw = list(segments)
+            if self._windowed() and looks_wrong(raw, duration_ms / 1000, WindowGuard()):
+                self.fallbacks += 1
+                raw = self._full_window(audio, kwargs)
+            segs = tuple(_segment(s) for s in raw)
         segs = tuple(s for s in segs if s.text)
         text = " ".join(s.text for s in segs).strip()
         return Transcript(text, segs, str(info.language or language), duration_ms)
+
+    def _decode_kwargs(self, prompt: str | None, words: bool, clips: list[float] | str) -> dict[str, Any]:
+        o = self.options
+        return dict(
+            language=o.language,
+            beam_size=o.beam_size,
+            temperature=list(o.temperature),
+            no_speech_threshold=o.no_speech_threshold,
+            log_prob_threshold=o.log_prob_threshold,
+            condition_on_previous_text=False,
+            initial_prompt=prompt,
+            word_timestamps=words,
+            vad_filter=False,
+            clip_timestamps=clips,
+        )
+
+    def _windowed(self) -> bool:
+        """Whether the latest encode ran on a cut window."""
+        return 0 < getattr(self._model, "last_encoded_frames", FULL_FRAMES) < FULL_FRAMES
+
+    def _full_window(self, audio: npt.NDArray[np.float32], kwargs: dict[str, Any]) -> list[Any]:
+        model = self._model
+        window, model.window_frames = model.window_frames, 0
+        try:
+            segments, _ = model.transcribe(audio, **kwargs)
+            return list(segments)
+        finally:
+            model.window_frames = window
 
 
 def _segment(seg: Any) -> TranscriptSegment:
@@ -263,16 +293,17 @@ def _load_model(model_dir: Path, options: ASROptions) -> WhisperModel:
     if not (model_dir / "model.bin").is_file():
         raise ModelLoadError(f"{model_dir}: not a CTranslate2 Whisper model (no model.bin)")
     try:
-        from faster_whisper import WhisperModel
+        from audio.whisper_model import WindowedWhisper
     except ImportError as exc:  # pragma: no cover - dependency missing
         raise ModelLoadError(f"faster-whisper is not installed ({exc})") from None
     try:
-        return WhisperModel(
+        return WindowedWhisper(
             str(model_dir),
             device=options.device,
             compute_type=options.compute_type,
             cpu_threads=options.cpu_threads,
             local_files_only=True,
+            window_frames=int(round(options.window_s * 100)),
         )
     except Exception as exc:  # CTranslate2 raises RuntimeError/ValueError variants
         raise ModelLoadError(f"{model_dir}: cannot load Whisper model ({type(exc).__name__}: {exc})") from None

@@ -24,7 +24,8 @@ import numpy.typing as npt
 from audio.resample import resample
 from audio.tts import SpanSynthesizer
 
-__all__ = ["Say", "Noise", "Placed", "Scenario", "render_scenario", "espeak_available"]
+__all__ = ["Say", "Noise", "Placed", "Scenario", "render_scenario", "espeak_available", "piper_speech",
+           "espeak_speech"]
 
 RATE = 16_000
 
@@ -87,7 +88,8 @@ def _peak(pcm: npt.NDArray[np.float32], peak_dbfs: float) -> npt.NDArray[np.floa
     return (pcm * np.float32(10 ** (peak_dbfs / 20) / peak)).astype(np.float32)
 
 
-def _piper(synth: SpanSynthesizer, text: str) -> npt.NDArray[np.float32]:
+def piper_speech(synth: SpanSynthesizer, text: str) -> npt.NDArray[np.float32]:
+    """``text`` spoken by a Piper voice, float32 at 16 kHz (empty if nothing to say)."""
     chunk = synth.synthesize_span(text)
     if chunk is None:
         return np.zeros(0, np.float32)
@@ -95,7 +97,8 @@ def _piper(synth: SpanSynthesizer, text: str) -> npt.NDArray[np.float32]:
     return np.asarray(resample(pcm, chunk.sample_rate, RATE), np.float32)
 
 
-def _espeak(text: str) -> npt.NDArray[np.float32]:
+def espeak_speech(text: str) -> npt.NDArray[np.float32]:
+    """``text`` spoken by espeak-ng (a second, very different voice), float32 at 16 kHz."""
     from audio.wav import read_wav
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -129,8 +132,8 @@ def render_scenario(parts: Sequence[Say | Noise], synthesizer: SpanSynthesizer, 
     for part in parts:
         start = cursor + RATE * part.gap_ms // 1000
         if isinstance(part, Say):
-            raw = _espeak(part.text) if part.voice == "espeak" and espeak_available() \
-                else _piper(synthesizer, part.text)
+            raw = espeak_speech(part.text) if part.voice == "espeak" and espeak_available() \
+                else piper_speech(synthesizer, part.text)
             pcm = _peak(_trim(raw), part.peak_dbfs)
             kind, text = "say", part.text
         else:

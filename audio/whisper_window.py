@@ -1,0 +1,76 @@
+"""A shorter Whisper encoder window for short utterances, with a guard.
+
+Whisper encodes a fixed 30 s window: faster-whisper pads every segment's log-mel
+features to 3000 frames, so a 2 s question costs the encoder as much as 30 s of
+speech, and on a small CPU the encoder is most of a decode (tiny.en, int8, 2 cores:
+~75%). CTranslate2's encoder accepts fewer frames (the positional embedding is simply
+cut), which is what whisper.cpp's ``audio_ctx`` does: encoding 10 s instead of 30 s is
+~4x faster end to end here.
+
+The catch is accuracy: the model was trained on full windows, and on a cut window it
+sometimes loops ("Stop please. Stop please. ...") or mishears more in noise. So:
+
+- :class:`audio.whisper_model.WindowedWhisper` encodes ``max(window, speech + margin)`` frames, never
+  fewer (a long utterance keeps its whole content, up to the full 30 s);
+- :func:`looks_wrong` flags a result with the signs of a cut-window failure (a high
+  compression ratio: repetition; more tokens than the audio can hold; a low average
+  log-probability), and the caller re-decodes on the full window.
+
+``bench/bench_asr.py`` measures both effects (decode time, WER, fallback rate) on
+several voices, rates and noise levels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = ["WindowGuard", "content_frames", "cut_window", "looks_wrong", "FULL_FRAMES"]
+
+FULL_FRAMES = 3000
+"""Log-mel frames in Whisper's 30 s window (10 ms each)."""
+
+
+@dataclass(frozen=True)
+class WindowGuard:
+    """When a cut-window decode is not trusted (then the full window decodes again)."""
+
+    max_compression_ratio: float = 2.0
+    """gzip ratio of the text; repetition loops compress well (faster-whisper: 2.4)."""
+    min_avg_logprob: float = -1.0
+    max_tokens_per_s: float = 6.0
+    """Text tokens per second of audio, plus ``extra_tokens``: more is a loop."""
+    extra_tokens: int = 8
+
+
+def content_frames(features: npt.NDArray[np.float32]) -> int:
+    """Frames before the zero padding faster-whisper appends (``pad_or_trim``).
+
+    A real log-mel frame is never all zeros: features are ``(max(log10 mel, peak - 8) +
+    4) / 4`` per bin, zero only if all 80 bins sit exactly at 1e-4.
+    """
+    nonzero = np.flatnonzero(np.any(features[-1] != 0, axis=0))
+    return int(nonzero[-1]) + 1 if nonzero.size else 0
+
+
+def cut_window(features: npt.NDArray[np.float32], window_frames: int,
+               margin_frames: int) -> npt.NDArray[np.float32]:
+    """The first ``max(window, content + margin)`` frames of a (padded) segment's
+    features, or all of them when ``window_frames`` is 0 or not shorter."""
+    if not 0 < window_frames < features.shape[-1]:
+        return features
+    keep = max(window_frames, content_frames(features) + margin_frames)
+    return np.ascontiguousarray(features[..., :keep]) if keep < features.shape[-1] else features
+
+
+def looks_wrong(segments: Sequence[Any], audio_s: float, guard: WindowGuard) -> bool:
+    """Whether faster-whisper ``segments`` show a cut-window failure (see the module)."""
+    tokens = sum(len(s.tokens) for s in segments)
+    if tokens > guard.extra_tokens + guard.max_tokens_per_s * audio_s:
+        return True
+    return any(s.compression_ratio > guard.max_compression_ratio
+               or s.avg_logprob < guard.min_avg_logprob for s in segments)

@@ -1,0 +1,153 @@
+"""ASR settings study: decode time and word error rate, per encoder window and threads.
+
+Not a test: prints a table. The transcript at a pause is on the critical path of every
+reply (the speculation and the semantic end of turn wait for it), and on a 2-core CPU a
+Whisper decode of a short question is mostly the encoder's fixed 30 s window. This
+measures, one process, the same clips for every setting:
+
+- decode time (p50 / p90 per utterance, speech padded like the loop's: 250 ms before,
+  200 ms after) of the stock 30 s window (faster-whisper, the peer) and of shorter
+  encoder windows (``asr.window_s``, with the full-window fallback of
+  :mod:`audio.whisper_window`), at CTranslate2 thread counts;
+- word error rate per voice (Piper at three rates, Piper in room noise at -35 and -30
+  dBFS, espeak-ng when installed), over complete sentences and their first halves (what
+  a decode at a mid-sentence pause sees);
+- how often the cut window's result was not trusted and decoded again.
+
+    .venv/bin/python bench/bench_asr.py [--windows 0,10,20] [--threads 0] [--repeat 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import numpy.typing as npt
+
+from assistant.app.config import default_config_path, load_config
+from assistant.app.models import resolve_asr, resolve_voice
+from assistant.app.report import format_table
+from assistant.replay.scenario import espeak_available, espeak_speech, piper_speech
+from audio.asr import ASROptions, Transcriber
+from audio.tts import Synthesizer, TTSOptions
+
+RATE = 16_000
+SPLIT = (
+    ("I was wondering how much there might be", "left in the account after the holidays."),
+    ("Can you tell me the best way to", "get to the train station from here?"),
+    ("What I really want to know is", "whether it will rain tomorrow."),
+    ("My sister and I were thinking about", "visiting the museum this weekend."),
+    ("Could you remind me to call", "the dentist on Monday morning?"),
+    ("The thing about learning a new language is", "that you have to practice every day."),
+    ("How long does it take to", "boil an egg properly?"),
+    ("I need a recipe for something with", "chicken, rice and vegetables."),
+)
+SHORT = ("What is the capital of France?", "What colour is the sky?", "Name a big animal.",
+         "What do bees make?", "Tell me a story about a brave little dragon.", "Stop, please.",
+         "Set a timer for ten minutes.", "Hello there.")
+TEXTS = tuple(f"{a} {b}" for a, b in SPLIT) + tuple(a for a, _ in SPLIT) + SHORT
+
+
+@dataclass(frozen=True)
+class Voice:
+    name: str
+    speaker: str  # piper | espeak
+    length_scale: float = 1.0
+    noise_dbfs: float | None = None
+
+
+VOICES = (Voice("piper", "piper"), Voice("piper slow", "piper", 1.35),
+          Voice("piper fast", "piper", 0.8), Voice("piper noise -35", "piper", 1.0, -35.0),
+          Voice("piper slow noise -30", "piper", 1.35, -30.0), Voice("espeak-ng", "espeak"))
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("colour", "color")).split()
+
+
+def edit_distance(a: list[str], b: list[str]) -> int:
+    row = list(range(len(b) + 1))
+    for i in range(1, len(a) + 1):
+        diag, row[0] = row[0], i
+        for j in range(1, len(b) + 1):
+            diag, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] != b[j - 1]))
+    return row[len(b)]
+
+
+def clips(onnx: Path, config_json: Path) -> dict[str, list[npt.NDArray[np.float32]]]:
+    rng = np.random.default_rng(0)
+    out: dict[str, list[npt.NDArray[np.float32]]] = {}
+    for v in VOICES:
+        if v.speaker == "espeak":
+            if not espeak_available():
+                continue
+            pcms = [espeak_speech(t) for t in TEXTS]
+        else:
+            # Deterministic Piper (no sampling noise): the same audio for every setting.
+            synth = Synthesizer(onnx, config_json, TTSOptions(
+                length_scale=v.length_scale, noise_scale=0.0, noise_w_scale=0.0))
+            pcms = [piper_speech(synth, t) for t in TEXTS]
+        padded = [np.concatenate([np.zeros(RATE // 4, np.float32), p, np.zeros(RATE // 5, np.float32)])
+                  for p in pcms]
+        if v.noise_dbfs is not None:
+            padded = [(p + rng.standard_normal(p.size) * 10 ** (v.noise_dbfs / 20)).astype(np.float32)
+                      for p in padded]
+        out[v.name] = padded
+    return out
+
+
+def run(model_dir: Path, window_s: float, threads: int, data: dict[str, list[npt.NDArray[np.float32]]],
+        repeat: int) -> list[str]:
+    tr = Transcriber(model_dir, ASROptions(window_s=window_s, cpu_threads=threads))
+    tr.transcribe(data[VOICES[0].name][0])  # warm up
+    tr.fallbacks = 0
+    times: list[float] = []
+    errors = total = 0
+    per_voice: list[str] = []
+    for pcms in data.values():
+        e = n = 0
+        for text, pcm in zip(TEXTS, pcms, strict=True):
+            best = float("inf")
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                hyp = tr.transcribe(pcm, word_timestamps=False).text
+                best = min(best, time.perf_counter() - t0)
+            times.append(best)
+            e += edit_distance(words(text), words(hyp))
+            n += len(words(text))
+        per_voice.append(f"{100 * e / n:.1f}")
+        errors, total = errors + e, total + n
+    decodes = len(times) * repeat
+    label = "30 s (stock)" if window_s == 0 else f"{window_s:g} s"
+    return [label, str(threads or "auto"), f"{1000 * np.median(times):.0f}",
+            f"{1000 * np.percentile(times, 90):.0f}", f"{100 * errors / total:.1f}",
+            f"{tr.fallbacks}/{decodes}", *per_voice]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--windows", default="0,10,20", help="encoder windows in seconds (0 = stock 30 s)")
+    parser.add_argument("--threads", default="0", help="CTranslate2 cpu_threads values (0 = auto)")
+    parser.add_argument("--repeat", type=int, default=1, help="decodes per clip (the fastest counts)")
+    args = parser.parse_args()
+    cfg = load_config(default_config_path())
+    model_dir = resolve_asr(cfg)
+    data = clips(*resolve_voice(cfg))
+    n = len(next(iter(data.values())))
+    print(f"{n} utterances x {len(data)} voices; tiny.en int8; decode = one utterance, best of {args.repeat}",
+          flush=True)
+    rows = []
+    for threads in (int(t) for t in args.threads.split(",")):
+        for window in (float(w) for w in args.windows.split(",")):
+            rows.append(run(model_dir, window, threads, data, args.repeat))
+            print(f"  done: window {window:g} s, threads {threads}", flush=True)
+    print(format_table(["window", "threads", "decode p50 ms", "p90 ms", "WER %", "fallbacks",
+                        *[f"WER {v}" for v in data]], rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,109 @@
+"""The shorter encoder window: what it cuts, when its result is not trusted, and that the
+real model on a cut window still hears what was said."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import pytest
+
+from audio.asr import ASROptions, Transcriber
+from audio.resample import resample
+from audio.whisper_window import FULL_FRAMES, WindowGuard, content_frames, cut_window, looks_wrong
+
+
+def _features(content: int, total: int = FULL_FRAMES) -> np.ndarray:
+    f = np.zeros((1, 80, total), np.float32)
+    f[..., :content] = np.random.default_rng(0).uniform(-1.5, 1.5, (80, content))
+    return f
+
+
+def test_content_frames_finds_the_zero_padding() -> None:
+    assert content_frames(_features(321)) == 321
+    assert content_frames(_features(0)) == 0
+    assert content_frames(_features(FULL_FRAMES)) == FULL_FRAMES
+    # A frame of digital silence is not padding (log-mel floor, not zero).
+    f = _features(100)
+    f[..., 100:150] = -1.5
+    assert content_frames(f) == 150
+
+
+@pytest.mark.parametrize(("content", "window", "margin", "kept"), [
+    (300, 1000, 100, 1000),       # short speech: the window
+    (950, 1000, 100, 1050),       # speech near the window's end: content + margin
+    (2950, 1000, 100, FULL_FRAMES),  # long speech: everything (never past the input)
+    (300, 0, 100, FULL_FRAMES),   # no window: the stock 30 s
+    (300, 3000, 100, FULL_FRAMES),
+])
+def test_cut_window_keeps_the_window_or_all_speech(content: int, window: int, margin: int, kept: int) -> None:
+    f = _features(content)
+    out = cut_window(f, window, margin)
+    assert out.shape == (1, 80, kept)
+    np.testing.assert_array_equal(out, f[..., :kept])
+
+
+def _seg(tokens: int, ratio: float = 1.2, logprob: float = -0.3) -> Any:
+    return SimpleNamespace(tokens=list(range(tokens)), compression_ratio=ratio, avg_logprob=logprob)
+
+
+@pytest.mark.parametrize(("segments", "audio_s", "wrong"), [
+    ([_seg(10)], 2.0, False),
+    ([], 2.0, False),
+    ([_seg(10, ratio=23.6)], 2.0, True),          # "Stop please. Stop please. ..."
+    ([_seg(10), _seg(10), _seg(10)], 2.0, True),  # 30 tokens in 2 s: a loop
+    ([_seg(10, logprob=-1.2)], 2.0, True),
+    ([_seg(60)], 10.0, False),
+])
+def test_looks_wrong(segments: list[Any], audio_s: float, wrong: bool) -> None:
+    assert looks_wrong(segments, audio_s, WindowGuard()) is wrong
+
+
+class LoopingOnCutWindow:
+    """A stand-in model: loops on a cut window, right on the full one (one layer only)."""
+
+    def __init__(self) -> None:
+        self.window_frames = 1000
+        self.last_encoded_frames = 0
+        self.windows: list[int] = []
+
+    def transcribe(self, audio: np.ndarray, **kwargs: Any) -> Any:
+        self.windows.append(self.window_frames)
+        self.last_encoded_frames = self.window_frames or FULL_FRAMES
+        text = " Stop please." * (20 if self.window_frames else 1)
+        seg = SimpleNamespace(text=text, start=0.0, end=1.5, words=(), avg_logprob=-0.2,
+                              no_speech_prob=0.01, tokens=list(range(4 * text.count("Stop"))),
+                              compression_ratio=20.0 if self.window_frames else 1.1)
+        return iter([seg]), SimpleNamespace(language="en")
+
+
+def test_an_untrusted_cut_window_decodes_again_on_the_full_window() -> None:
+    model = LoopingOnCutWindow()
+    t = Transcriber.from_model(model, ASROptions(speech_check="none"))
+    out = t.transcribe(np.full(16000 * 2, 0.1, np.float32))
+    assert out.text == "Stop please."
+    assert model.windows == [1000, 0] and model.window_frames == 1000  # restored
+    assert t.fallbacks == 1
+
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split()
+
+
+def test_a_cut_window_hears_the_sentences_and_encodes_less(asr_model_dir: Path, spoken_sentences: list[Any]) -> None:
+    t = Transcriber(asr_model_dir, ASROptions(window_s=10.0, cpu_threads=2))
+    model: Any = t._model
+    heard = 0
+    for chunk in spoken_sentences:
+        pcm = resample(chunk.pcm.astype(np.float32) / 32768.0, chunk.sample_rate, 16000)
+        out = t.transcribe(pcm, word_timestamps=False)
+        if model.last_encoded_frames < FULL_FRAMES:
+            assert model.last_encoded_frames == 1000  # a few seconds of speech: the window
+        heard += _words(out.text) == _words(chunk.text)
+    assert t.fallbacks <= 2
+    # The stock window gets these 20 clean sentences word-perfect (test_roundtrip);
+    # the cut one may slip on a word or two.
+    assert heard >= 17, heard
