@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,18 +34,50 @@ def server_options(model_dir: Path) -> ServerOptions:
     return ServerOptions(model_dir, free_port(), cpu_threads=f"0-{min(cores, 2) - 1}")
 
 
+_EARLY = pytest.StashKey[VLLMServer]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the server as soon as the run is known to need it: it boots (25-70 s on two
+    cores) while the tests before ours run, and idles until they are done."""
+    if os.environ.get("ASSISTANT_TEST_VLLM_PORT") or not _has_vllm():
+        return
+    if not any("vllm_server" in getattr(item, "fixturenames", ()) for item in session.items):
+        return
+    from assistant.app.config import load_config
+    from assistant.app.models import resolve_llm
+
+    model = resolve_llm(load_config(Path(__file__).resolve().parents[2] / "config.yaml",
+                                    env={}))
+    log = Path(tempfile.mkdtemp(prefix="assistant-vllm-test-")) / "server.log"
+    session.config.stash[_EARLY] = VLLMServer(server_options(model), log_path=log).start()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    server = session.config.stash.get(_EARLY, None)
+    if server is not None:
+        server.stop()
+
+
+def _has_vllm() -> bool:
+    return (VLLM_VENV / "bin" / "python").is_file()
+
+
 @pytest.fixture(scope="session")
-def vllm_server(llm_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
-    """The session's server; ``ASSISTANT_TEST_VLLM_PORT`` names one already running on
-    this machine (started with `server_command`) instead, to iterate on the tests."""
+def vllm_server(request: pytest.FixtureRequest, llm_dir: Path,
+                tmp_path_factory: pytest.TempPathFactory) -> Iterator[VLLMServer]:
+    """The session's server (started at collection, see above); ``ASSISTANT_TEST_VLLM_PORT``
+    names one already running on this machine instead, to iterate on the tests."""
     port = os.environ.get("ASSISTANT_TEST_VLLM_PORT")
     if port:
         yield VLLMServer(ServerOptions(llm_dir, int(port)), log_path=Path(os.devnull))
         return
-    if not (VLLM_VENV / "bin" / "python").is_file():
+    if not _has_vllm():
         pytest.skip(NO_VLLM)
-    log = tmp_path_factory.mktemp("vllm") / "server.log"
-    server = VLLMServer(server_options(llm_dir), log_path=log).start()
+    server = request.config.stash.get(_EARLY, None)
+    if server is None:
+        log = tmp_path_factory.mktemp("vllm") / "server.log"
+        server = VLLMServer(server_options(llm_dir), log_path=log).start()
     try:
         server.wait_ready(timeout_s=600)
         yield server

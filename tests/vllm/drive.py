@@ -20,7 +20,7 @@ def options(**overrides: object) -> DialogueOptions:
     from pathlib import Path
 
     cfg = load_config(Path(__file__).resolve().parents[2] / "config.yaml", env={},
-                      overrides={"llm.max_new_tokens": 48, **overrides})
+                      overrides={"llm.max_new_tokens": 24, **overrides})
     return dialogue_options(cfg)
 
 

@@ -10,13 +10,14 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from assistant.llm.local import LocalBackend
 from assistant.llm.vllm.backend import VLLMBackend
 from assistant.llm.vllm.client import Endpoint
-from assistant.llm.vllm.connect import VLLMOptions, connect
+from assistant.llm.vllm.connect import TokenizerMismatch, VLLMOptions, connect
 from assistant.llm.vllm.server import VLLMServer
 from engine.events import FinishReason
 from engine.params import SamplingParams
@@ -193,3 +194,27 @@ def test_a_replica_killed_mid_conversation_fails_over(
     assert len(moved) == 1 and moved[0].replica == survivor.url
     assert backend.records[-1].replica == survivor.url  # the conversation stays there
     talk.close()
+
+
+def test_assistant_models_reports_the_served_model(vllm_server: VLLMServer,
+                                                   llm_dir: Path) -> None:
+    from assistant.app.config import load_config
+    from assistant.commands.models import inspect_models
+
+    cfg = load_config(Path(__file__).resolve().parents[2] / "config.yaml", env={},
+                      overrides={"engine.backend": "vllm", "engine.url": vllm_server.url})
+    (llm,) = [r for r in inspect_models(cfg) if r.role == "llm"]
+    assert llm.loads, llm.detail
+    assert vllm_server.url in llm.detail and "tokenizer matches" in llm.detail
+
+
+def test_a_server_whose_tokenizer_differs_is_refused(vllm_server: VLLMServer, llm_dir: Path,
+                                                    tokenizer: Any) -> None:
+    class Shifted:
+        """Our tokenizer with every id moved by one: the same text, other ids."""
+
+        def encode(self, text: str, *, add_special_tokens: bool = False) -> list[int]:
+            return [t + 1 for t in tokenizer.encode(text, add_special_tokens=False)]
+
+    with pytest.raises(TokenizerMismatch, match="another tokenizer"):
+        connect(VLLMOptions((vllm_server.url,)), llm_dir, tokenizer=Shifted())
