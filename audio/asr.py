@@ -234,7 +234,8 @@ class Transcriber:
                 self.fallbacks += 1
                 raw = self._full_window(audio, kwargs)
             segs = tuple(_segment(s) for s in raw)
-        segs = tuple(s for s in segs if s.text)
+        # A segment with no letter or digit ("." on near-silence) says nothing.
+        segs = tuple(s for s in segs if any(ch.isalnum() for ch in s.text))
         text = " ".join(s.text for s in segs).strip()
         return Transcript(text, segs, str(info.language or language), duration_ms)
 

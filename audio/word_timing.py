@@ -33,6 +33,7 @@ __all__ = [
     "align_words",
     "estimate_words",
     "heard_position",
+    "resume_sample",
 ]
 
 # Characters stripped from the ends of a whitespace token to get the spoken word.
@@ -280,3 +281,17 @@ def _reply_text(chunks: Sequence[TTSChunk]) -> str:
         parts.append(c.text)
         pos = c.char_end
     return "".join(parts)
+
+
+def resume_sample(chunks: Sequence[TTSChunk], heard_samples: int) -> int:
+    """Where a reply paused after ``heard_samples`` (reply samples) plays on: the start
+    of the word it stopped in, so the listener hears that word whole; between words,
+    right where it stopped."""
+    for chunk in chunks:
+        if chunk.start_sample <= heard_samples < chunk.end_sample:
+            for w in chunk.words:
+                start, end = chunk.start_sample + w.start_sample, chunk.start_sample + w.end_sample
+                if start <= heard_samples < end:
+                    return start
+            break
+    return max(0, heard_samples)

@@ -13,7 +13,14 @@ Not a test: prints a table. Measures, on the wall clock, with the real models:
 - barge-in detection -> playback stopped, and audio leaked after detection
   (target: within one output buffer, <= 30 ms).
 
+With ``--interruptions``: sounds over a reply instead, replayed for ``turns.interruption``
+``tentative`` and the ``immediate`` baseline (virtual clock unless ``--realtime``):
+backchannels and coughs/clicks (a stop is a false stop; target <= 5%), real
+interruptions (stopped within one buffer, committed how long after the speech began),
+the gap heard on a resume, and engine sequence == history after every case.
+
     .venv/bin/python bench/bench_loop.py [--questions N] [--keep DIR]
+    .venv/bin/python bench/bench_loop.py --interruptions [--realtime]
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ from assistant.loop.metrics import Metrics, percentile
 from assistant.loop.setup import LoopModels, load_models
 from assistant.loop.waterfall import STAGES, Waterfall, waterfalls
 from assistant.replay.run import ReplayOptions, replay_sync
-from assistant.replay.scenario import Say, render_scenario
+from assistant.replay.scenario import Noise, Say, espeak_available, render_scenario
 from audio.wav import write_wav
 
 QUESTIONS = (
@@ -101,6 +108,114 @@ def run_once(models: LoopModels, cfg: AppConfig, wav: Path
             time.perf_counter() - t0)
 
 
+BACKCHANNELS = ("Mm-hmm.", "Uh-huh.", "Right.", "Okay, I see.", "Yeah, sure.")
+REAL = ("Stop, please.", "Wait, what about cats?", "No, that's wrong.")
+NOISES = (("cough", 250), ("cough", 400), ("click", 150))
+
+
+@dataclass(frozen=True)
+class Case:
+    kind: str  # backchannel | noise | real
+    label: str
+    part: Say | Noise
+    noise_floor_dbfs: float = -65.0
+
+
+def interruption_cases() -> list[Case]:
+    voices: list[tuple[str, str, float]] = [("piper", "piper", -65.0),
+                                            ("piper, room noise -40 dBFS", "piper", -40.0)]
+    if espeak_available():
+        voices.append(("espeak-ng", "espeak", -65.0))
+    cases = [Case("noise", f"{kind} {ms_} ms", Noise(kind, duration_ms=ms_))  # type: ignore[arg-type]
+             for kind, ms_ in NOISES]
+    for vname, voice, floor in voices:
+        cases += [Case("backchannel", f"{t} ({vname})", Say(t, voice=voice), floor)  # type: ignore[arg-type]
+                  for t in BACKCHANNELS]
+        cases += [Case("real", f"{t} ({vname})", Say(t, voice=voice), floor)  # type: ignore[arg-type]
+                  for t in REAL]
+    return cases
+
+
+@dataclass
+class CaseResult:
+    stopped: bool
+    paused: bool
+    stop_ms: int | None = None
+    """Playback stopped after the speech counted (real interruptions)."""
+    commit_ms: int | None = None
+    """From the start of the sound to the cut being final."""
+    gap_ms: int | None = None
+    consistent: bool = True
+
+
+def run_case(models: LoopModels, cfg: AppConfig, case: Case, tmp: Path,
+             realtime: bool) -> CaseResult:
+    into_reply_ms = 1500
+    lead = cfg.vad.end_of_turn_ms + 20 + into_reply_ms
+    part = (Say(case.part.text, gap_ms=lead, voice=case.part.voice) if isinstance(case.part, Say)
+            else Noise(case.part.kind, gap_ms=lead, duration_ms=case.part.duration_ms))
+    scenario = render_scenario([Say(STORY), part], models.synthesizer, tail_ms=3000,
+                               noise_floor_dbfs=case.noise_floor_dbfs)
+    wav = tmp / "case.wav"
+    write_wav(wav, scenario.pcm, scenario.sample_rate)
+    outcome = replay_sync(models, cfg, wav, ReplayOptions(realtime=realtime))
+    entries = outcome.result.entries
+    start = scenario.placed[1].start_ms
+    barge = [e for e in entries if isinstance(e, log.BargeInEntry)]
+    stopped_at = [e for e in entries if isinstance(e, log.PlaybackStoppedEntry)]
+    paused = [e for e in entries if isinstance(e, log.InterruptionPausedEntry)]
+    resumed = [e for e in entries if isinstance(e, log.InterruptionResumedEntry)]
+    committed = [e for e in entries if isinstance(e, log.InterruptionCommittedEntry)]
+    out = CaseResult(stopped=bool(barge), paused=bool(paused))
+    if barge and stopped_at:
+        out.stop_ms = stopped_at[0].t_ms - barge[0].t_ms
+        final = committed[0].t_ms if committed else barge[0].t_ms
+        out.commit_ms = final - start
+    if resumed:
+        out.gap_ms = resumed[0].gap_ms
+    m = outcome.result.metrics
+    out.consistent = bool(m.sequence_matches_history and m.history_text_matches)
+    return out
+
+
+def interruption_bench(models: LoopModels, realtime: bool) -> None:
+    cases = interruption_cases()
+    results: dict[str, list[tuple[Case, CaseResult]]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for mode in ("immediate", "tentative"):
+            cfg = load_config(default_config_path(), env={}, overrides={
+                "turns.interruption": mode, "llm.max_new_tokens": 80})
+            results[mode] = []
+            for case in cases:
+                print(f"{mode}: {case.label} ...", file=sys.stderr)
+                results[mode].append((case, run_case(models, cfg, case, Path(tmp), realtime)))
+    clock = "wall clock" if realtime else "virtual clock: the rule's own delays, no compute time"
+    rows = []
+    for mode, res in results.items():
+        false = [r for c, r in res if c.kind != "real"]
+        real = [r for c, r in res if c.kind == "real"]
+        stops = tuple(r.stop_ms for r in real if r.stop_ms is not None)
+        commits = tuple(r.commit_ms for r in real if r.commit_ms is not None)
+        gaps = tuple(r.gap_ms for r in false if r.gap_ms is not None)
+        rows.append([mode,
+                     f"{sum(r.stopped for r in false)}/{len(false)}",
+                     f"{sum(r.paused for r in false)}/{len(false)}",
+                     f"{sum(r.stopped for r in real)}/{len(real)}",
+                     f"{ms(stops, 50)} / {ms(stops, 95)}",
+                     f"{ms(commits, 50)} / {ms(commits, 95)}",
+                     f"{ms(gaps, 50)} / {ms(gaps, 95)}",
+                     f"{sum(r.consistent for _, r in res)}/{len(res)}"])
+    print(f"interruptions over a reply ({clock})")
+    print(format_table(["mode", "false stops (backchannel, noise)", "paused", "real stopped",
+                        "stop after detection p50/p95 ms", "cut final after speech start p50/p95",
+                        "resume gap p50/p95", "sequence == history"], rows))
+    print()
+    print(format_table(["case", *results], [
+        [c.label] + [("STOP" if r.stopped else "paused, resumed" if r.paused else "-")
+                     for r in (results[m][i][1] for m in results)]
+        for i, (c, _) in enumerate(results["tentative"])]))
+
+
 def ms(values: tuple[int, ...], q: float) -> str:
     v = percentile(values, q)
     return "-" if v is None else f"{v:.0f}"
@@ -115,6 +230,10 @@ def main() -> int:
                         help="also run with this end-of-turn silence (0: skip)")
     parser.add_argument("--only-slow", action="store_true",
                         help="run only the longer end-of-turn configuration")
+    parser.add_argument("--interruptions", action="store_true",
+                        help="the interruption set (backchannels, noises, real interruptions)")
+    parser.add_argument("--realtime", action="store_true",
+                        help="with --interruptions: replay in real time (default: virtual clock)")
     parser.add_argument("--partial-interval-ms", type=int, default=None,
                         help="override asr.partial_interval_ms (display partials cost ASR "
                              "time that previews and finals then wait for)")
@@ -122,6 +241,9 @@ def main() -> int:
     base = load_config(default_config_path(), env={})
     print("loading models ...", file=sys.stderr)
     models = load_models(base)
+    if args.interruptions:
+        interruption_bench(models, args.realtime)
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         wav = (args.keep or Path(tmp)) / "bench_loop_input.wav"
         wav.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ from pydantic import (
 )
 
 from assistant.app.errors import ConfigError
+from assistant.turns.interruption import BACKCHANNELS
 
 __all__ = [
     "AppConfig",
@@ -94,6 +95,8 @@ class AsrConfig(_Section):
     beam_size: int = Field(1, ge=1)
     language: str | None = "en"
     partial_interval_ms: int = Field(500, gt=0)
+    window_s: float = Field(10.0, ge=0.0, le=30.0)
+    """Whisper encoder window for live speech (0 = the stock 30 s; see audio.whisper_window)."""
 
 
 class TtsConfig(_Section):
@@ -176,6 +179,9 @@ class TurnsConfig(_Section):
     barge_in_min_ms: int = Field(200, ge=0)
     interrupted_marker: bool = False
     speculate: bool = True
+    interruption: Literal["immediate", "tentative"] = "tentative"
+    backchannels: list[str] = Field(default_factory=lambda: list(BACKCHANNELS))
+    max_backchannel_ms: int = Field(1200, gt=0)
 
 
 class ServerConfig(_Section):

@@ -189,6 +189,7 @@ def _load_asr(cfg: AppConfig) -> Any:
         compute_type=cfg.asr.compute_type,
         beam_size=cfg.asr.beam_size,
         language=cfg.asr.language,
+        window_s=cfg.asr.window_s,
         speech_check="rms",  # our VAD already decided this is speech
     )
     return Transcriber(resolve_asr(cfg), options)

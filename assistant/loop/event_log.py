@@ -39,6 +39,9 @@ __all__ = [
     "PauseEntry",
     "SpeculationDraftedEntry",
     "PresynthesizedEntry",
+    "InterruptionPausedEntry",
+    "InterruptionResumedEntry",
+    "InterruptionCommittedEntry",
     "ENTRY_TYPES",
     "entry_to_json",
     "entry_from_json",
@@ -269,6 +272,43 @@ class PresynthesizedEntry(Entry):
     spec_id: int
 
 
+@dataclass(frozen=True)
+class InterruptionPausedEntry(Entry):
+    """Speech over reply ``turn_id`` paused it (tentative: the cut is not decided)."""
+
+    type: ClassVar[str] = "interruption_paused"
+    turn_id: int
+    played_ms: int
+    """Reply audio heard up to the pause."""
+    leaked_ms: int
+    """Audio heard after the speech counted (processing lag plus device buffer)."""
+
+
+@dataclass(frozen=True)
+class InterruptionResumedEntry(Entry):
+    """The speech over reply ``turn_id`` was no interruption: it plays on."""
+
+    type: ClassVar[str] = "interruption_resumed"
+    turn_id: int
+    gap_ms: int
+    """Silence heard: from the pause to the resume."""
+    resumed_from_ms: int
+    """Reply audio position it plays on from (the start of the interrupted word)."""
+    text: str
+    """What the speech was heard as ("" for a sound with no words)."""
+
+
+@dataclass(frozen=True)
+class InterruptionCommittedEntry(Entry):
+    """The speech over paused reply ``turn_id`` was an interruption: the cut stands
+    (a ``barge_in`` entry dated at the pause follows)."""
+
+    type: ClassVar[str] = "interruption_committed"
+    turn_id: int
+    after_ms: int
+    """From the pause to the decision."""
+
+
 ENTRY_TYPES: dict[str, type[Entry]] = {
     cls.type: cls
     for cls in (
@@ -294,6 +334,9 @@ ENTRY_TYPES: dict[str, type[Entry]] = {
         ResponseWithdrawnEntry,
         TextTurnEntry,
         EngineFailedEntry,
+        InterruptionPausedEntry,
+        InterruptionResumedEntry,
+        InterruptionCommittedEntry,
     )
 }
 """Every entry class by its ``type`` name."""

@@ -4,7 +4,11 @@ Sink positions count every sample ever queued (see :mod:`audio.sinks`); a reply'
 audio is the span from the position before its first write. :class:`ReplyPlayback`
 turns positions into reply-relative samples at the TTS rate (what word timings use),
 detects the start and the end of playback, and does the barge-in arithmetic: how much
-had been heard when the interruption was detected and how much leaked after it.
+had been heard when the interruption was detected and how much leaked after it. A
+reply can also *pause* (the same stop, its audio kept) and *resume* from the start of
+the word it stopped in: the rest of its chunks are written again from there, so the
+sink's positions map onto the reply's samples piecewise (``_base_pos`` ->
+``_base_reply``).
 :class:`PlaybackController` holds the one reply that may play at a time and drops the
 audio of any other turn (stale audio of an interrupted or withdrawn reply is never
 played).
@@ -18,7 +22,7 @@ import numpy as np
 
 from audio.chunk import AudioChunk
 from audio.sinks import Sink
-from audio.word_timing import TTSChunk
+from audio.word_timing import TTSChunk, resume_sample
 
 __all__ = ["ReplyPlayback", "StopReport", "PlaybackController", "Stopped"]
 
@@ -58,6 +62,15 @@ class ReplyPlayback:
     tts_done: bool = False
     stopped: bool = False
     audio_started_ms: int | None = None
+    paused: StopReport | None = None
+    """What the pause in progress did (the reply's audio is kept); None when playing."""
+    paused_at_ms: int = 0
+    """When the latest pause's last sample was heard (clock ms)."""
+    _base_pos: int = 0
+    """Sink position at which reply sample ``_base_reply`` (sink rate) plays."""
+    _base_reply: int = 0
+    _heard_before: int = 0
+    """Reply samples (sink rate) heard before the latest resume."""
 
     # ---------------------------------------------------------------- writing
 
@@ -67,15 +80,21 @@ class ReplyPlayback:
             return False
         first = self.start_pos is None
         if first:
-            self.start_pos = sink.end_position
+            self.start_pos = self._base_pos = sink.end_position
             self.audio_started_ms = now_ms
-        pcm = np.asarray(chunk.pcm, np.float32) / np.float32(32768.0)
+        self.chunks.append(chunk)
+        if self.paused is None:  # while paused it is kept for the resume
+            self._send(sink, chunk, 0)
+        return first
+
+    def _send(self, sink: Sink, chunk: TTSChunk, skip: int) -> None:
+        """Queue ``chunk`` without its first ``skip`` samples."""
+        pcm = np.asarray(chunk.pcm[skip:], np.float32) / np.float32(32768.0)
         if self.gain != 1.0:
             pcm = pcm * np.float32(self.gain)
-        sink.write(AudioChunk(pcm, chunk.sample_rate, chunk.start_sample))
-        self.chunks.append(chunk)
+        if pcm.size:
+            sink.write(AudioChunk(pcm, chunk.sample_rate, chunk.start_sample + skip))
         self.end_pos = sink.end_position
-        return first
 
     # ---------------------------------------------------------------- positions
 
@@ -83,18 +102,21 @@ class ReplyPlayback:
         return sink_samples * self.tts_rate // sink_rate
 
     def total_ms(self, sink: Sink) -> int:
+        """Length of the reply's audio (not counting words heard twice after a resume)."""
         if self.start_pos is None:
             return 0
-        return (self.end_pos - self.start_pos) * 1000 // sink.sample_rate
+        return (self._base_reply + self.end_pos - self._base_pos) * 1000 // sink.sample_rate
 
     def heard_sink_samples(self, sink: Sink) -> int:
+        """Furthest reply position heard (sink rate)."""
         if self.start_pos is None:
             return 0
-        return max(0, min(sink.played_samples, self.end_pos) - self.start_pos)
+        now = max(0, min(sink.played_samples, self.end_pos) - self._base_pos)
+        return max(self._heard_before, self._base_reply + now) if now else self._heard_before
 
     def finished(self, sink: Sink) -> bool:
-        """All audio produced and heard (or none will come)."""
-        if not self.tts_done:
+        """All audio produced and heard (or none will come); never while paused."""
+        if not self.tts_done or self.paused is not None:
             return False
         if self.start_pos is None:
             return True
@@ -103,18 +125,52 @@ class ReplyPlayback:
     # ---------------------------------------------------------------- barge-in
 
     def stop(self, sink: Sink, *, detected_ms: int, now_ms: int) -> StopReport:
-        """Stop the sink now for a barge-in detected at ``detected_ms``."""
+        """Stop the sink now for a barge-in detected at ``detected_ms`` (a paused reply:
+        what its pause did, the sink is already quiet)."""
         self.stopped = True
+        if self.paused is not None:
+            return self.paused
+        return self._halt(sink, detected_ms=detected_ms, now_ms=now_ms)
+
+    def pause(self, sink: Sink, *, detected_ms: int, now_ms: int) -> StopReport:
+        """Stop the sink as :meth:`stop` does, keeping the reply (see :meth:`resume`)."""
+        if self.paused is None:
+            self.paused = self._halt(sink, detected_ms=detected_ms, now_ms=now_ms)
+            self.paused_at_ms = self.paused.stopped_at_ms
+        return self.paused
+
+    def resume(self, sink: Sink) -> int:
+        """Play on from the start of the word the pause cut (or from where it stopped,
+        between words); returns that reply sample (TTS rate)."""
+        report, self.paused = self.paused, None
+        if report is None or self.start_pos is None:
+            return 0
+        at = resume_sample(self.chunks, report.heard_samples)
+        self._heard_before = report.heard_samples * sink.sample_rate // self.tts_rate
+        self._base_pos = sink.end_position
+        self._base_reply = at * sink.sample_rate // self.tts_rate
+        for chunk in self.chunks:
+            if chunk.end_sample > at:
+                self._send(sink, chunk, max(0, at - chunk.start_sample))
+        self.end_pos = sink.end_position
+        return at
+
+    def _halt(self, sink: Sink, *, detected_ms: int, now_ms: int) -> StopReport:
         rate = sink.sample_rate
         played_now = sink.played_samples
         pos = sink.stop()  # everything that will still be heard ends here
-        start = self.start_pos if self.start_pos is not None else pos
-        end = self.end_pos if self.start_pos is not None else pos
-        heard = max(0, min(pos, end) - start)
-        # Playback runs at 1x, so what was heard at detection is now's position minus the
-        # audio played since (never before the reply's start).
-        lag = max(0, now_ms - detected_ms) * rate // 1000
-        at_detection = max(0, min(played_now - lag, end) - start)
+        if self.start_pos is None:
+            pos_reply = heard = at_detection = 0
+        else:
+            pos_reply = self._base_reply - self._base_pos  # sink position -> reply sample
+            end = self.end_pos
+            heard = max(self._heard_before, pos_reply + min(pos, end))
+            # Playback runs at 1x, so what was heard at detection is now's position minus
+            # the audio played since (never before the reply's start).
+            lag = max(0, now_ms - detected_ms) * rate // 1000
+            at_detection = max(0, pos_reply + min(max(played_now - lag, self._base_pos), end))
+            at_detection = max(at_detection, min(self._heard_before, heard))
+        self.end_pos = min(self.end_pos, pos)
         in_flight_ms = max(0, pos - played_now) * 1000 // rate
         return StopReport(
             heard_samples=self._to_tts(heard, rate),
@@ -183,6 +239,20 @@ class PlaybackController:
             return None
         self._current = None
         return Stopped(cur, cur.stop(self.sink, detected_ms=detected_ms, now_ms=now_ms))
+
+    def pause(self, turn_id: int, *, detected_ms: int, now_ms: int) -> StopReport | None:
+        """Stop the sink for speech over ``turn_id`` but keep the reply (tentative)."""
+        cur = self._current
+        if cur is None or cur.turn_id != turn_id or cur.stopped:
+            return None
+        return cur.pause(self.sink, detected_ms=detected_ms, now_ms=now_ms)
+
+    def resume(self, turn_id: int) -> int | None:
+        """Play paused ``turn_id`` on; the reply sample (TTS rate) it resumes from."""
+        cur = self._current
+        if cur is None or cur.turn_id != turn_id or cur.paused is None:
+            return None
+        return cur.resume(self.sink)
 
     def withdraw(self, turn_id: int) -> None:
         """Drop ``turn_id`` before it was heard (nothing of it is kept)."""

@@ -41,9 +41,12 @@ from assistant.turns.events import (
     EndOfTurn,
     FinalizeUtterance,
     FinalTranscript,
+    InterimTranscript,
     PartialTranscript,
+    PauseReply,
     PlaybackDone,
     RequestPartial,
+    ResumeReply,
     SetEndOfTurnSilence,
     StartResponse,
     StartSpeculation,
@@ -120,6 +123,8 @@ def _engine_failed(p: LoopParts, item: EngineFailed) -> None:
 
 def _asr_partial(p: LoopParts, item: AsrPartial) -> None:
     p.emit(log.TranscriptPartialEntry(p.now_ms(), item.text))
+    if p.utterances.is_current(item.utt_id) and p.tm.paused_turn_id is not None:
+        p.turn_input(InterimTranscript(p.now_ms(), item.text))
 
 
 def _asr_preview(p: LoopParts, item: AsrPreview) -> None:
@@ -275,11 +280,32 @@ def _start_response(p: LoopParts, action: StartResponse, cause: TurnInput) -> No
                           max_new_tokens=p.response_tokens.pop(action.turn_id, None))
 
 
+def _pause_reply(p: LoopParts, action: PauseReply, cause: TurnInput) -> None:
+    report = p.playback.pause(action.turn_id, detected_ms=action.t_ms, now_ms=p.now_ms())
+    if report is not None:
+        p.emit(log.InterruptionPausedEntry(action.t_ms, action.turn_id,
+                                           report.played_at_detection_ms, report.leaked_ms))
+
+
+def _resume_reply(p: LoopParts, action: ResumeReply, cause: TurnInput) -> None:
+    paused = p.playback.current
+    at = p.playback.resume(action.turn_id)
+    if at is None or paused is None:
+        return
+    stopped_at = paused.paused_at_ms
+    p.emit(log.InterruptionResumedEntry(p.now_ms(), action.turn_id, p.now_ms() - stopped_at,
+                                        at * 1000 // paused.tts_rate, action.text))
+    poll_playback(p)  # a pause right at its end: nothing left to play
+
+
 def _barge_in(p: LoopParts, action: BargeIn, cause: TurnInput) -> None:
-    stopped = p.playback.stop(action.turn_id, detected_ms=action.t_ms, now_ms=p.now_ms())
+    now = p.now_ms()
+    stopped = p.playback.stop(action.turn_id, detected_ms=action.t_ms, now_ms=now)
     if stopped is None:
         return
     report = stopped.report
+    if action.paused:
+        p.emit(log.InterruptionCommittedEntry(now, action.turn_id, now - action.t_ms))
     p.tts.cancel(action.turn_id)
     p.emit(log.BargeInEntry(action.t_ms, action.turn_id, report.played_at_detection_ms,
                             reason=action.reason))
@@ -305,5 +331,7 @@ _ACTIONS: dict[type, Callable[[LoopParts, Any, Any], None]] = {
     CancelSpeculation: _cancel_speculation,
     StartResponse: _start_response,
     BargeIn: _barge_in,
+    PauseReply: _pause_reply,
+    ResumeReply: _resume_reply,
     CancelResponse: _cancel_response,
 }

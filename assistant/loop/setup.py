@@ -19,6 +19,7 @@ from assistant.dialogue.loop_guard import LoopGuardOptions
 from assistant.loop.pipeline import EntryCallback, Pipeline, PipelineOptions
 from assistant.speech.listener import Listener
 from assistant.turns.end_of_turn import EndOfTurnOptions
+from assistant.turns.interruption import InterruptionOptions
 from assistant.turns.turn_manager import TurnManager, TurnOptions
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     asr = cfg.asr
     transcriber = Transcriber(resolve_asr(cfg), ASROptions(
         device="cpu" if asr.device == "auto" else asr.device, compute_type=asr.compute_type,
-        beam_size=asr.beam_size, language=asr.language))
+        beam_size=asr.beam_size, language=asr.language, window_s=asr.window_s))
     say("loading voice")
     onnx, config_json = resolve_voice(cfg)
     noise = 0.0 if deterministic_tts else None
@@ -196,8 +197,12 @@ def dialogue_options(cfg: AppConfig) -> DialogueOptions:
 
 
 def turn_options(cfg: AppConfig) -> TurnOptions:
-    return TurnOptions(barge_in_min_ms=cfg.turns.barge_in_min_ms, speculate=cfg.turns.speculate,
-                       end_of_turn=end_of_turn_options(cfg))
+    t = cfg.turns
+    return TurnOptions(barge_in_min_ms=t.barge_in_min_ms, speculate=t.speculate,
+                       end_of_turn=end_of_turn_options(cfg),
+                       interruption=InterruptionOptions(
+                           mode=t.interruption, backchannels=tuple(t.backchannels),
+                           max_backchannel_ms=t.max_backchannel_ms))
 
 
 def build_pipeline(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Sink,

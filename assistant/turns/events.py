@@ -8,7 +8,7 @@ clock (``t_ms``), never wall-clock time read inside logic.
 
 Inputs (what happened):
     SpeechStarted, VoiceFrame, ShortPause, SpeechResumed, EndOfTurn   -- from VAD
-    PartialTranscript, FinalTranscript                                -- from ASR
+    PartialTranscript, FinalTranscript, InterimTranscript             -- from ASR
     TurnCompleteness                                                  -- from the engine
     AudioStarted, PlaybackDone                                        -- from the player
     TextTurn, Interrupt                                               -- from an API caller
@@ -19,6 +19,7 @@ stale work can be recognised and dropped:
     SetEndOfTurnSilence                                               -- to VAD
     StartSpeculation, CancelSpeculation                               -- to the engine
     StartResponse, CancelResponse, BargeIn                            -- to engine, TTS, player
+    PauseReply, ResumeReply                                           -- to the player
     StateChanged                                                      -- to UI and logs
 
 Event shapes after wyoming's small event dataclasses; interruption as a first-class
@@ -40,6 +41,7 @@ __all__ = [
     "EndOfTurn",
     "PartialTranscript",
     "FinalTranscript",
+    "InterimTranscript",
     "TurnCompleteness",
     "AudioStarted",
     "PlaybackDone",
@@ -56,6 +58,8 @@ __all__ = [
     "StartResponse",
     "CancelResponse",
     "BargeIn",
+    "PauseReply",
+    "ResumeReply",
     "StateChanged",
     "TurnAction",
 ]
@@ -131,6 +135,15 @@ class PartialTranscript:
 
 
 @dataclass(frozen=True)
+class InterimTranscript:
+    """A display partial of the open utterance (re-decoded while the user talks): used
+    only to tell a real interruption from a backchannel early."""
+
+    t_ms: int
+    text: str
+
+
+@dataclass(frozen=True)
 class FinalTranscript:
     """The final transcript of an utterance, produced after :class:`FinalizeUtterance`."""
 
@@ -191,6 +204,7 @@ TurnInput = (
     | EndOfTurn
     | PartialTranscript
     | FinalTranscript
+    | InterimTranscript
     | TurnCompleteness
     | AudioStarted
     | PlaybackDone
@@ -277,6 +291,31 @@ class BargeIn:
     """When the barge-in was detected."""
     reason: str = "speech"
     """``speech``, or the reason of an :class:`Interrupt`."""
+    paused: bool = False
+    """The reply was already paused at ``t_ms`` (a tentative cut, committed now)."""
+
+
+@dataclass(frozen=True)
+class PauseReply:
+    """Speech over turn ``turn_id`` may be an interruption: stop its audio now (as a
+    barge-in would) but keep the rest of the reply, undecided
+    (:mod:`assistant.turns.interruption`). A :class:`BargeIn` of the turn commits the
+    cut; a :class:`ResumeReply` plays on."""
+
+    turn_id: int
+    t_ms: int
+    """When the speech over the reply counted (playback stopped)."""
+
+
+@dataclass(frozen=True)
+class ResumeReply:
+    """The speech over paused turn ``turn_id`` was no interruption (a backchannel, a
+    cough): play on from the start of the interrupted word; nothing else changes."""
+
+    turn_id: int
+    t_ms: int
+    text: str
+    """What the speech was heard as (empty for a non-speech sound)."""
 
 
 @dataclass(frozen=True)
@@ -298,5 +337,7 @@ TurnAction = (
     | StartResponse
     | CancelResponse
     | BargeIn
+    | PauseReply
+    | ResumeReply
     | StateChanged
 )

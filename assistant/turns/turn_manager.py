@@ -16,6 +16,12 @@ Rules
 - A confirmed candidate while speaking is a :class:`BargeIn`; while thinking (nothing
   played yet) it cancels the reply and reopens the user's turn, whose words are joined
   with what the user says next. Either way the state becomes user_speaking.
+- With tentative interruptions (:mod:`assistant.turns.interruption`) a confirmed
+  candidate while speaking only pauses the reply (:class:`PauseReply`); the manager
+  follows the speech (its voiced time, pauses, interim/preview/final transcripts) until
+  :func:`~assistant.turns.interruption.decide` says: commit (the :class:`BargeIn`, with
+  the user's turn going on as above) or resume (:class:`ResumeReply`; the speech is
+  discarded, the reply holds the floor as if nothing happened).
 - At each short pause inside the user's turn the manager asks ASR for a partial and,
   when the partial says something new, starts a speculation on it (replacing the
   previous one). At end of turn the latest speculation is handed to the response, which
@@ -47,10 +53,13 @@ from assistant.turns.events import (
     EndOfTurn,
     FinalizeUtterance,
     FinalTranscript,
+    InterimTranscript,
     Interrupt,
     PartialTranscript,
+    PauseReply,
     PlaybackDone,
     RequestPartial,
+    ResumeReply,
     SetEndOfTurnSilence,
     ShortPause,
     SpeechResumed,
@@ -65,6 +74,7 @@ from assistant.turns.events import (
     TurnInput,
     VoiceFrame,
 )
+from assistant.turns.interruption import Decision, InterruptionFacts, InterruptionOptions, decide
 
 __all__ = ["TurnOptions", "TurnManager", "join_text"]
 
@@ -79,6 +89,8 @@ class TurnOptions:
     """Start speculative replies at short pauses."""
     end_of_turn: EndOfTurnOptions = EndOfTurnOptions(mode="fixed")
     """When silence ends the user's turn (fixed, or semantic: scored by the model)."""
+    interruption: InterruptionOptions = InterruptionOptions(mode="immediate")
+    """Whether speech over the reply cuts it at once or pauses it until it is known."""
 
     @property
     def semantic(self) -> bool:
@@ -98,6 +110,24 @@ class _Candidate:
     """Speech heard while the assistant holds the floor, not yet an interruption."""
 
     voiced_ms: int
+
+
+@dataclass
+class _Paused:
+    """A reply paused by speech over it; whether the cut stands is not decided yet."""
+
+    turn_id: int
+    t_ms: int
+    """When it paused."""
+    voiced_ms: int
+    speech_ended: bool = False
+    text: str | None = None
+    finalized: bool = False
+    """The VAD ended the speech and its final transcript is pending."""
+    speech_end_ms: int = 0
+
+    def facts(self) -> InterruptionFacts:
+        return InterruptionFacts(self.voiced_ms, self.speech_ended, self.text)
 
 
 class TurnManager:
@@ -122,6 +152,7 @@ class TurnManager:
         self._pending_finals = 0
         self._speech_end_ms = 0
         self._candidate: _Candidate | None = None
+        self._paused_reply: _Paused | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -138,6 +169,11 @@ class TurnManager:
     def next_turn_id(self) -> int:
         """The id the next reply will get."""
         return self._next_turn_id
+
+    @property
+    def paused_turn_id(self) -> int | None:
+        """The reply paused by speech over it, its cut undecided, if any."""
+        return self._paused_reply.turn_id if self._paused_reply is not None else None
 
     @property
     def speculation_id(self) -> int | None:
@@ -161,6 +197,13 @@ class TurnManager:
         return self._state in (State.THINKING, State.SPEAKING)
 
     def _on_speech_started(self, ev: SpeechStarted, out: list[TurnAction]) -> None:
+        if self._paused_reply is not None:
+            # More speech after the paused-over speech ended: the user takes the floor;
+            # the ended speech's final transcript is the start of their turn.
+            finalized = self._paused_reply.finalized
+            self._commit_pause(ev.t_ms, out, speaking=True)
+            self._pending_finals += int(finalized)
+            return
         if self._state is State.LISTENING:
             self._open_utterance()
             self._set_state(State.USER_SPEAKING, ev.t_ms, out)
@@ -170,7 +213,9 @@ class TurnManager:
         # In user_speaking the utterance is already open: nothing to do.
 
     def _on_speech_resumed(self, ev: SpeechResumed, out: list[TurnAction]) -> None:
-        if self._state is State.USER_SPEAKING:
+        if self._paused_reply is not None:
+            self._paused_reply.speech_ended = False
+        elif self._state is State.USER_SPEAKING:
             self._paused = False
 
     def _on_audio_started(self, ev: AudioStarted, out: list[TurnAction]) -> None:
@@ -190,6 +235,14 @@ class TurnManager:
     def _on_interrupt(self, ev: Interrupt, out: list[TurnAction]) -> None:
         if ev.turn_id != self._active_turn or not self._assistant_has_floor():
             return
+        paused = self._paused_reply
+        if paused is not None:  # the caller's cut wins over the pause
+            self._commit_pause(ev.t_ms, out, reason=ev.reason, speaking=not paused.finalized)
+            if paused.finalized:  # the user's words, decoding, are their turn
+                self._pending_finals += 1
+                self._speech_end_ms = paused.speech_end_ms
+                self._set_state(State.THINKING, ev.t_ms, out)
+            return
         out.append(BargeIn(turn_id=ev.turn_id, t_ms=ev.t_ms, reason=ev.reason))
         self._active_turn = None
         self._active_user_text = ""
@@ -201,13 +254,22 @@ class TurnManager:
             self._set_state(State.LISTENING, ev.t_ms, out)
 
     def _on_voice_frame(self, ev: VoiceFrame, out: list[TurnAction]) -> None:
+        if self._paused_reply is not None:
+            if ev.voiced:
+                self._paused_reply.voiced_ms += max(0, ev.duration_ms)
+                self._decide_pause(ev.t_ms + ev.duration_ms, out)
+            return
         if self._candidate is None or not ev.voiced:
             return
         self._candidate.voiced_ms += max(0, ev.duration_ms)
         self._check_candidate(ev.t_ms + ev.duration_ms, out)
 
     def _on_short_pause(self, ev: ShortPause, out: list[TurnAction]) -> None:
-        if self._candidate is not None:
+        if self._paused_reply is not None:
+            self._paused_reply.speech_ended = True
+            out.append(RequestPartial())  # what was said, to decide on
+            self._decide_pause(ev.t_ms, out)
+        elif self._candidate is not None:
             self._candidate.voiced_ms = 0  # interruptions need continuous speech
         elif self._state is State.USER_SPEAKING and not self._paused:
             self._paused = True
@@ -220,7 +282,20 @@ class TurnManager:
                 self._set_silence(None, out)
 
     def _on_end_of_turn(self, ev: EndOfTurn, out: list[TurnAction]) -> None:
-        if self._candidate is not None:
+        paused = self._paused_reply
+        if paused is not None:
+            paused.speech_ended, paused.speech_end_ms = True, ev.speech_end_ms
+            decision = decide(paused.facts(), self.options.interruption)
+            if decision is Decision.RESUME:
+                out.append(DiscardUtterance())
+                self._resume(ev.t_ms, out)
+            elif decision is Decision.COMMIT:
+                self._commit_pause(ev.t_ms, out, speaking=True)
+                self._on_end_of_turn(ev, out)  # the user's turn ends here, as usual
+            else:
+                out.append(FinalizeUtterance())  # decide on the final transcript
+                paused.finalized = True
+        elif self._candidate is not None:
             # Speech while the assistant held the floor ended before it counted.
             self._candidate = None
             out.append(DiscardUtterance())
@@ -231,7 +306,15 @@ class TurnManager:
             out.append(FinalizeUtterance())
             self._set_state(State.THINKING, ev.t_ms, out)
 
+    def _on_interim(self, ev: InterimTranscript, out: list[TurnAction]) -> None:
+        if self._paused_reply is not None and not self._paused_reply.finalized:
+            self._paused_reply.text = ev.text
+            self._decide_pause(ev.t_ms, out)
+
     def _on_partial(self, ev: PartialTranscript, out: list[TurnAction]) -> None:
+        if self._paused_reply is not None:
+            self._on_interim(InterimTranscript(ev.t_ms, ev.text), out)
+            return
         if self._state is not State.USER_SPEAKING or not self._paused:
             return
         if not self.options.speculate:
@@ -263,6 +346,17 @@ class TurnManager:
                                        p_end))
 
     def _on_final(self, ev: FinalTranscript, out: list[TurnAction]) -> None:
+        paused = self._paused_reply
+        if paused is not None and paused.finalized:
+            paused.text = ev.text
+            if decide(paused.facts(), self.options.interruption) is Decision.RESUME:
+                self._resume(ev.t_ms, out)
+                return
+            # A real interruption whose speech already ended: its words are the turn.
+            self._commit_pause(ev.t_ms, out)
+            self._pending_finals += 1
+            self._speech_end_ms = paused.speech_end_ms
+            self._set_state(State.THINKING, ev.t_ms, out)
         if self._pending_finals <= 0:
             return  # no utterance was finalised: a stray report
         self._pending_finals -= 1
@@ -305,6 +399,8 @@ class TurnManager:
     def _on_playback_done(self, ev: PlaybackDone, out: list[TurnAction]) -> None:
         if ev.turn_id != self._active_turn or not self._assistant_has_floor():
             return
+        if self._paused_reply is not None:
+            return  # a paused reply is not over (the player reports it after a resume)
         self._active_turn = None
         self._active_user_text = ""
         if self._candidate is not None:
@@ -328,6 +424,10 @@ class TurnManager:
             self._set_state(State.USER_SPEAKING, t_ms, out)
             return
         turn_id = self._active_turn
+        if self._state is State.SPEAKING and self.options.interruption.mode == "tentative":
+            self._paused_reply = _Paused(turn_id, t_ms, cand.voiced_ms)
+            out.append(PauseReply(turn_id=turn_id, t_ms=t_ms))
+            return  # the reply keeps the floor until the cut is decided
         if self._state is State.SPEAKING:
             out.append(BargeIn(turn_id=turn_id, t_ms=t_ms))
             self._open_utterance()
@@ -340,6 +440,42 @@ class TurnManager:
         self._active_turn = None
         self._active_user_text = ""
         self._set_state(State.USER_SPEAKING, t_ms, out)
+
+    def _decide_pause(self, t_ms: int, out: list[TurnAction]) -> None:
+        paused = self._paused_reply
+        if paused is None or paused.finalized:
+            return  # finalized: the final transcript decides
+        decision = decide(paused.facts(), self.options.interruption)
+        if decision is Decision.COMMIT:
+            self._commit_pause(t_ms, out, speaking=True)
+        elif decision is Decision.RESUME:
+            self._resume(t_ms, out)
+            # The speech's utterance is still open: discarded when it ends, and more
+            # speech over the reply counts afresh.
+            self._candidate = _Candidate(voiced_ms=0)
+
+    def _resume(self, t_ms: int, out: list[TurnAction]) -> None:
+        paused = self._paused_reply
+        assert paused is not None
+        self._paused_reply = None
+        out.append(ResumeReply(turn_id=paused.turn_id, t_ms=t_ms, text=paused.text or ""))
+
+    def _commit_pause(self, t_ms: int, out: list[TurnAction], *, speaking: bool = False,
+                      reason: str = "speech") -> None:
+        """The paused reply's cut stands (a :class:`BargeIn` dated at the pause); with
+        ``speaking`` the user's turn is open and goes on (user_speaking)."""
+        paused = self._paused_reply
+        assert paused is not None
+        self._paused_reply = None
+        out.append(BargeIn(turn_id=paused.turn_id, t_ms=paused.t_ms, reason=reason,
+                           paused=True))
+        self._active_turn = None
+        self._active_user_text = ""
+        self._open_utterance()
+        if speaking:
+            self._set_state(State.USER_SPEAKING, t_ms, out)
+        elif not paused.finalized:
+            self._set_state(State.LISTENING, t_ms, out)
 
     def _open_utterance(self, *, keep_prefix: bool = False) -> None:
         self._paused = False
@@ -368,6 +504,7 @@ _HANDLERS: dict[type, Callable[[TurnManager, Any, list[TurnAction]], None]] = {
     SpeechResumed: TurnManager._on_speech_resumed,
     EndOfTurn: TurnManager._on_end_of_turn,
     PartialTranscript: TurnManager._on_partial,
+    InterimTranscript: TurnManager._on_interim,
     FinalTranscript: TurnManager._on_final,
     TurnCompleteness: TurnManager._on_completeness,
     AudioStarted: TurnManager._on_audio_started,

@@ -11,6 +11,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from assistant.serve.backend import contract as B
+from assistant.turns.interruption import InterruptionOptions
 
 if TYPE_CHECKING:
     from assistant.dialogue.types import DialogueOptions
@@ -59,9 +60,14 @@ def dialogue_options(base: DialogueOptions, settings: B.SessionSettings) -> Dial
 
 def turn_options(base: TurnOptions, settings: B.SessionSettings) -> TurnOptions:
     """The session's end-of-turn rule; ``interrupt_response: false`` means speech never
-    interrupts a reply."""
+    interrupts a reply.
+
+    Interruptions are immediate here: a client holds the audio deltas already sent and
+    stops its own playback on ``input_audio_buffer.speech_started`` (then truncates the
+    item), so the server cannot pause and resume what the client plays."""
     td = settings.turn_detection or B.TurnDetectionSettings()
-    options = dataclasses.replace(base, end_of_turn=end_of_turn(base, td))
+    options = dataclasses.replace(base, end_of_turn=end_of_turn(base, td),
+                                  interruption=InterruptionOptions(mode="immediate"))
     if td.interrupt_response:
         return options
     return dataclasses.replace(options, barge_in_min_ms=10**9)

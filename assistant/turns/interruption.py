@@ -1,0 +1,125 @@
+"""Tentative interruptions: is speech over the reply a real interruption or not?
+
+When the user speaks over the reply long enough to count (``barge_in_min_ms``), the
+``tentative`` mode pauses playback at once but does not cut the reply: a listener's
+"mm-hmm", "right", a cough or a door slam should not cost the rest of the answer. The
+decision comes from what is known a few hundred milliseconds later -- how long the
+speech lasted, whether it stopped, and what was said -- as a pure function,
+:func:`decide`:
+
+- words that are not all backchannels ("stop", "wait, what about...") -> **commit**:
+  the cut becomes final, exactly as an immediate barge-in (truncate to the heard words);
+- speech still going after ``max_backchannel_ms`` -> **commit**: a listener's
+  acknowledgement is short, a turn is not, whatever the words;
+- speech that stopped and is only backchannels or no words at all (a cough, a click)
+  -> **resume**: playback continues from the start of the interrupted word, with no new
+  generation and no re-synthesis, and the history never shows the pause;
+- otherwise **wait** (the words are not known yet).
+
+Backchannel lists: what listeners say without taking the floor (Ward & Tsukahara,
+"Prosodic features which cue back-channel responses in English and Japanese", 2000;
+the words Pipecat's and LiveKit's interruption filters key on). ``immediate`` mode is
+the old rule: any speech that counts cuts the reply for good.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = [
+    "InterruptionMode",
+    "InterruptionOptions",
+    "InterruptionFacts",
+    "Decision",
+    "decide",
+    "backchannel_only",
+    "BACKCHANNELS",
+]
+
+InterruptionMode = Literal["immediate", "tentative"]
+
+BACKCHANNELS: tuple[str, ...] = (
+    "mm-hmm", "mm hmm", "mm", "uh-huh", "uh huh", "uh-uh", "yeah", "yes", "yep", "yup",
+    "right", "okay", "ok", "sure", "i see", "uh", "um", "oh", "ah", "aha", "wow", "cool",
+    "got it", "alright", "all right", "nice", "true", "exactly", "indeed", "go on",
+)
+"""Phrases a listener says without taking the floor (lower case, no punctuation). Any
+word of only m's and h's ("mmm", "hmm", "mhm", Whisper's spellings of a hum) counts as
+"mm"."""
+_HUM = re.compile(r"^[mh]+$")
+
+
+@dataclass(frozen=True)
+class InterruptionOptions:
+    mode: InterruptionMode = "tentative"
+    backchannels: tuple[str, ...] = BACKCHANNELS
+    max_backchannel_ms: int = 1200
+    """Speech over the reply lasting this long is a real interruption, whatever it says."""
+    max_words: int = 4
+    """More words than this is a real interruption, even if each is a backchannel."""
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("immediate", "tentative"):
+            raise ValueError(f"interruption mode must be immediate or tentative, got {self.mode!r}")
+        if self.max_backchannel_ms <= 0 or self.max_words <= 0:
+            raise ValueError("max_backchannel_ms and max_words must be positive")
+
+
+@dataclass(frozen=True)
+class InterruptionFacts:
+    """What is known about the speech over a paused reply."""
+
+    voiced_ms: int
+    """Speech heard since it started (voiced frames)."""
+    speech_ended: bool
+    """The speech stopped (a pause after it, or its end of turn)."""
+    text: str | None
+    """Its transcript so far; None while none has been decoded."""
+
+
+class Decision(enum.Enum):
+    WAIT = "wait"
+    RESUME = "resume"
+    COMMIT = "commit"
+
+
+_SOUND_EVENT = re.compile(r"\[[^\]]*\]|\([^)]*\)|\*[^*]*\*")
+"""How Whisper writes a non-speech sound: "[cough]", "(coughing)", "*sigh*"."""
+
+
+def _words(text: str) -> list[str]:
+    text = _SOUND_EVENT.sub(" ", text.lower())
+    words = re.sub(r"[^\w'\- ]+", " ", text).split()
+    return ["mm" if _HUM.match(w) else w for w in words]
+
+
+def backchannel_only(text: str, options: InterruptionOptions) -> bool:
+    """Whether ``text`` is empty, a sound event or only backchannel phrases (at most
+    ``max_words`` words)."""
+    words = _words(text)
+    if len(words) > options.max_words:
+        return False
+    phrases = sorted({tuple(_words(p)) for p in options.backchannels}, key=len, reverse=True)
+    i = 0
+    while i < len(words):
+        for phrase in phrases:
+            if phrase and tuple(words[i:i + len(phrase)]) == phrase:
+                i += len(phrase)
+                break
+        else:
+            return False
+    return True
+
+
+def decide(facts: InterruptionFacts, options: InterruptionOptions) -> Decision:
+    """The rule of the module docstring (pure; table-tested)."""
+    if facts.text is not None and not backchannel_only(facts.text, options):
+        return Decision.COMMIT
+    if facts.voiced_ms >= options.max_backchannel_ms:
+        return Decision.COMMIT
+    if facts.speech_ended and facts.text is not None:
+        return Decision.RESUME
+    return Decision.WAIT

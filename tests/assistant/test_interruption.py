@@ -1,0 +1,66 @@
+"""The tentative-interruption decision, as a table."""
+
+from __future__ import annotations
+
+import pytest
+
+from assistant.turns.interruption import (
+    Decision,
+    InterruptionFacts,
+    InterruptionOptions,
+    backchannel_only,
+    decide,
+)
+
+OPTS = InterruptionOptions()
+
+
+@pytest.mark.parametrize(("text", "only"), [
+    ("", True),
+    ("Mm-hmm.", True),
+    ("MMM.", True),
+    ("M. M. M. M.", True),
+    ("Hmm", True),
+    ("mm hmm", True),
+    ("Yeah, right.", True),
+    ("Okay.", True),
+    ("Uh-huh. I see.", True),
+    ("[cough]", True),
+    ("(coughing)", True),
+    ("Stop.", False),
+    ("Wait, what?", False),
+    ("Yeah but what about Paris?", False),
+    ("yeah yeah yeah yeah yeah", False),  # more than max_words
+    ("Right, stop.", False),
+])
+def test_backchannel_only(text: str, only: bool) -> None:
+    assert backchannel_only(text, OPTS) is only
+
+
+@pytest.mark.parametrize(("voiced", "ended", "text", "decision"), [
+    # Nothing decoded yet: wait, unless the speech is already too long for a backchannel.
+    (200, False, None, Decision.WAIT),
+    (400, True, None, Decision.WAIT),
+    (1200, False, None, Decision.COMMIT),
+    # Real words commit at once, still speaking or not.
+    (300, False, "Stop", Decision.COMMIT),
+    (300, True, "Wait, what?", Decision.COMMIT),
+    # Backchannels and noise resume once the speech stopped...
+    (350, True, "Mm-hmm.", Decision.RESUME),
+    (250, True, "", Decision.RESUME),
+    (300, True, "[cough]", Decision.RESUME),
+    # ... not while it goes on (it may become a turn), and never when long.
+    (400, False, "Yeah", Decision.WAIT),
+    (1300, True, "yeah", Decision.COMMIT),
+])
+def test_decide(voiced: int, ended: bool, text: str | None, decision: Decision) -> None:
+    assert decide(InterruptionFacts(voiced, ended, text), OPTS) is decision
+
+
+def test_custom_word_list_and_limits() -> None:
+    opts = InterruptionOptions(backchannels=("jawohl",), max_backchannel_ms=600)
+    assert decide(InterruptionFacts(300, True, "Jawohl!"), opts) is Decision.RESUME
+    assert decide(InterruptionFacts(300, True, "Yeah"), opts) is Decision.COMMIT
+    assert decide(InterruptionFacts(600, False, None), opts) is Decision.COMMIT
+    with pytest.raises(ValueError, match="immediate or tentative"):
+        InterruptionOptions(mode="maybe")  # type: ignore[arg-type]

@@ -1,0 +1,184 @@
+"""Tentative interruptions in the turn manager: pause, then commit or resume."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from assistant.turns.events import (
+    AudioStarted,
+    BargeIn,
+    DiscardUtterance,
+    EndOfTurn,
+    FinalizeUtterance,
+    FinalTranscript,
+    InterimTranscript,
+    Interrupt,
+    PartialTranscript,
+    PauseReply,
+    PlaybackDone,
+    RequestPartial,
+    ResumeReply,
+    ShortPause,
+    SpeechResumed,
+    SpeechStarted,
+    StartResponse,
+    State,
+    StateChanged,
+    TurnInput,
+    VoiceFrame,
+)
+from assistant.turns.interruption import InterruptionOptions
+from assistant.turns.turn_manager import TurnManager, TurnOptions
+from tests.assistant.test_turn_manager import ASK_AND_SPEAK, S, Step, T, U, run_table, sc
+
+TENTATIVE = TurnOptions(barge_in_min_ms=200, speculate=True,
+                        interruption=InterruptionOptions(mode="tentative"))
+# Speech over reply 1 that counts: the reply pauses (no cut yet), the assistant keeps the floor.
+PAUSED: list[Step] = [
+    *ASK_AND_SPEAK,
+    (SpeechStarted(2000, voiced_ms=120), [], S),
+    (VoiceFrame(2000, True, 40), [], S),
+    (VoiceFrame(2040, True, 40), [PauseReply(1, 2080)], S),
+]
+
+
+def test_a_backchannel_resumes_the_reply_and_is_discarded() -> None:
+    tm = run_table([
+        *PAUSED,
+        (VoiceFrame(2080, True, 100), [], S),
+        (ShortPause(2380), [RequestPartial()], S),
+        (PartialTranscript(2450, "Mm-hmm."), [ResumeReply(1, 2450, "Mm-hmm.")], S),
+        (EndOfTurn(2730, speech_end_ms=2180), [DiscardUtterance()], S),
+        (PlaybackDone(5000, 1), [sc(5000, S, State.LISTENING)], State.LISTENING),
+    ], TENTATIVE)
+    assert tm.paused_turn_id is None
+
+
+def test_a_cough_with_no_words_resumes_after_its_final_transcript() -> None:
+    run_table([
+        *PAUSED,
+        (EndOfTurn(2700, speech_end_ms=2150), [FinalizeUtterance()], S),
+        (FinalTranscript(2800, ""), [ResumeReply(1, 2800, "")], S),
+        (AudioStarted(2800, 1), [], S),
+    ], TENTATIVE)
+
+
+def test_real_words_commit_the_cut_at_once_and_the_user_goes_on() -> None:
+    tm = run_table([
+        *PAUSED,
+        (VoiceFrame(2080, True, 20), [], S),
+        (InterimTranscript(2300, "Stop, I"), [BargeIn(1, 2080, paused=True), sc(2300, S, U)], U),
+        (EndOfTurn(3000, speech_end_ms=2500), [FinalizeUtterance(), sc(3000, U, T)], T),
+        (FinalTranscript(3100, "Stop, I meant Paris."),
+         [StartResponse(2, "Stop, I meant Paris.", None, 2500)], T),
+    ], TENTATIVE)
+    assert tm.active_turn_id == 2
+
+
+def test_long_speech_commits_whatever_it_says() -> None:
+    run_table([
+        *PAUSED,
+        (VoiceFrame(2080, True, 700), [], S),
+        (VoiceFrame(2780, True, 300), [BargeIn(1, 2080, paused=True), sc(3080, S, U)], U),
+    ], TENTATIVE)
+
+
+def test_speech_that_ended_before_its_words_were_known_is_decided_on_the_final() -> None:
+    run_table([
+        *PAUSED,
+        (EndOfTurn(2700, speech_end_ms=2150), [FinalizeUtterance()], S),
+        (FinalTranscript(2800, "Wait."),
+         [BargeIn(1, 2080, paused=True), sc(2800, S, T), StartResponse(2, "Wait.", None, 2150)], T),
+    ], TENTATIVE)
+
+
+def test_a_backchannel_known_at_the_end_of_turn_is_discarded_there() -> None:
+    run_table([
+        *PAUSED,
+        (InterimTranscript(2200, "yeah"), [], S),  # still speaking: wait
+        (EndOfTurn(2700, speech_end_ms=2150), [DiscardUtterance(), ResumeReply(1, 2700, "yeah")], S),
+    ], TENTATIVE)
+
+
+def test_speech_resuming_after_the_decision_pauses_again() -> None:
+    run_table([
+        *PAUSED,
+        (ShortPause(2300), [RequestPartial()], S),
+        (PartialTranscript(2350, "Okay."), [ResumeReply(1, 2350, "Okay.")], S),
+        (SpeechResumed(2500), [], S),
+        (VoiceFrame(2500, True, 100), [], S),
+        (VoiceFrame(2600, True, 100), [PauseReply(1, 2700)], S),
+    ], TENTATIVE)
+
+
+def test_more_speech_after_an_undecided_end_takes_the_floor() -> None:
+    tm = run_table([
+        *PAUSED,
+        (EndOfTurn(2700, speech_end_ms=2150), [FinalizeUtterance()], S),
+        (SpeechStarted(2800, voiced_ms=60), [BargeIn(1, 2080, paused=True), sc(2800, S, U)], U),
+        (FinalTranscript(2850, "So"), [], U),
+        (EndOfTurn(3600, speech_end_ms=3100), [FinalizeUtterance(), sc(3600, U, T)], T),
+        (FinalTranscript(3700, "what about Rome?"),
+         [StartResponse(2, "So what about Rome?", None, 3100)], T),
+    ], TENTATIVE)
+    assert tm.active_turn_id == 2
+
+
+def test_an_interrupt_during_the_pause_commits_with_its_reason() -> None:
+    run_table([
+        *PAUSED,
+        (Interrupt(2200, 1, "client_cancelled"),
+         [BargeIn(1, 2080, "client_cancelled", paused=True), sc(2200, S, U)], U),
+    ], TENTATIVE)
+
+
+def test_immediate_mode_cuts_at_once() -> None:
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (VoiceFrame(2000, True, 40), [], S),
+        (VoiceFrame(2040, True, 40), [BargeIn(1, 2080), sc(2080, S, U)], U),
+    ], TurnOptions(barge_in_min_ms=200, interruption=InterruptionOptions(mode="immediate")))
+
+
+_events = st.one_of(
+    st.builds(SpeechStarted, st.integers(0, 10_000), st.integers(0, 400)),
+    st.builds(VoiceFrame, st.integers(0, 10_000), st.booleans(), st.sampled_from([20, 100, 400])),
+    st.builds(ShortPause, st.integers(0, 10_000)),
+    st.builds(SpeechResumed, st.integers(0, 10_000)),
+    st.builds(EndOfTurn, st.integers(0, 10_000), st.integers(0, 10_000)),
+    st.builds(PartialTranscript, st.integers(0, 10_000), st.sampled_from(["", "yeah", "stop"])),
+    st.builds(InterimTranscript, st.integers(0, 10_000), st.sampled_from(["", "mm-hmm", "wait"])),
+    st.builds(FinalTranscript, st.integers(0, 10_000), st.sampled_from(["", "okay", "no"])),
+    st.builds(AudioStarted, st.integers(0, 10_000), st.integers(1, 4)),
+    st.builds(PlaybackDone, st.integers(0, 10_000), st.integers(1, 4)),
+    st.builds(Interrupt, st.integers(0, 10_000), st.integers(1, 4)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_events, max_size=60))
+def test_a_pause_always_ends_in_exactly_one_resume_or_cut(events: list[TurnInput]) -> None:
+    tm = TurnManager(TENTATIVE)
+    for ev, _, _ in ASK_AND_SPEAK:
+        tm.handle(ev)
+    paused: int | None = None
+    for ev in events:
+        before = tm.state
+        for a in tm.handle(ev):
+            if isinstance(a, PauseReply):
+                assert paused is None and before is S and a.turn_id == tm.active_turn_id
+                paused = a.turn_id
+            elif isinstance(a, ResumeReply):
+                assert a.turn_id == paused and tm.state is S
+                paused = None
+            elif isinstance(a, BargeIn):
+                assert a.paused == (paused is not None)
+                assert paused is None or a.turn_id == paused
+                paused = None
+            elif isinstance(a, StateChanged):
+                assert paused is None  # the floor never moves while a cut is undecided
+        assert tm.paused_turn_id == paused
+        if paused is not None:
+            assert tm.state is S and tm.active_turn_id == paused
