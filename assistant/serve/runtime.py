@@ -59,7 +59,7 @@ class ServeRuntime:
         host = self.models.host
         stats = host.stats()
         if stats is None:
-            return {}
+            return _replica_gauges(host.backend)
         owners = host.owners()
         owned = sum(o.sequences for o in owners)
         gauges: dict[str, int | Mapping[str, int]] = dict(_gauges(stats))

@@ -128,3 +128,16 @@ def test_no_server_fails_the_job_and_then_refuses_new_ones_leaving_the_sequence(
     assert not backend.has_work()
     backend.check()
     seq.extend([6])  # the sequence stays usable
+
+
+def test_replica_health_is_labelled_by_replica_on_metrics() -> None:
+    from assistant.serve.transport.metrics import ServerMetrics
+
+    r = Router([Endpoint("http://10.0.0.1:8000"), Endpoint("http://10.0.0.2:8000")],
+               block_size=32)
+    r.failed(r.replicas[1], ConnectionRefusedError("refused"))
+    text = ServerMetrics(lambda: {"replica_up": {h.url: int(h.up) for h in r.health()},
+                                  "session_tokens": {"s1": 5}}).render().decode()
+    assert 'assistant_engine_replica_up{replica="http://10.0.0.1:8000"} 1.0' in text
+    assert 'assistant_engine_replica_up{replica="http://10.0.0.2:8000"} 0.0' in text
+    assert 'assistant_engine_session_tokens{session="s1"} 5.0' in text

@@ -463,7 +463,8 @@ class VLLMBackend:
             # The server computed the prompt and the K/V of every id it sampled but the last.
             req.replica.prefix.record([*req.prompt[:job.base], *job.generated[:-1]])
         cached, expected = req.cached, req.expected_cached
-        level = logging.INFO if cached is not None and cached != expected else logging.DEBUG
+        # Less than expected is news (evicted, or another replica); more is other clients.
+        level = logging.INFO if cached is not None and cached < expected else logging.DEBUG
         _log.log(level, "vLLM job %d on %s: %s of %d prompt tokens cached (expected %d)",
                  job.job_id, req.replica.url, cached, len(req.prompt), expected)
         ttft = None if req.first_at is None else req.first_at - req.sent_at
