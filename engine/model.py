@@ -10,7 +10,9 @@ Paging (after vLLM's paged attention, done here with a gather): every new token'
 written to its flat slot ``page * page_size + offset`` of the layer's storage; attention
 then gathers the whole pages holding positions [0, S) of each sequence into a dense
 ``[B, S]`` block (one page-row copy per page), with a boolean mask for causality, padding
-and sliding windows. Projections are `engine.quantize.Linear`s in any weight format.
+and sliding windows. One sequence whose pages are consecutive (a fresh sequence's are,
+while the block pool still has never-used pages, handed out in ascending order) is read
+in place: a view of the storage, no copy. Projections are `engine.quantize.Linear`s in any weight format.
 GQA without repeating K/V: the ``groups`` query heads that share a K/V head are folded into
 the query-length axis, so SDPA sees ``[B, kv_heads, groups * T, head_dim]`` queries.
 """
@@ -50,6 +52,7 @@ __all__ = [
 @dataclass(frozen=True)
 class LayerWeights:
     attn_norm: torch.Tensor
+    """float32 ``[hidden]``, as are `mlp_norm` and the final `norm`."""
     qkv: Linear
     """Q, K and V projections stacked on the output axis: ``(H + 2 * KV) * D`` outputs."""
     o: Linear
@@ -68,6 +71,11 @@ class ModelWeights:
     lm_head: Linear
     inv_freq: torch.Tensor
     """float32 ``[head_dim // 2]`` RoPE inverse frequencies (scaling already applied)."""
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The compute dtype: linears' inputs and outputs, attention and K/V."""
+        return self.embed.dtype
 
 
 def fused_linears(cfg: ModelConfig, state: Mapping[str, torch.Tensor]
@@ -113,7 +121,7 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
     """Take the weights of a transformers ``*ForCausalLM`` state dict (fused copies).
 
     `dtype` is the compute (activation and K/V) dtype. `fmt` ``int8``/``int4`` quantizes
-    the projections (norms and the embedding table stay in `dtype`), using the ready
+    the projections (the embedding table stays in `dtype`, the norms in float32), using the ready
     `quantized` tensors by `fused_linears` name where given (see `engine.weight_cache`);
     otherwise the projections are dense in `dtype`."""
     dev = torch.device(device)
@@ -124,6 +132,9 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
                 f"model_type {cfg.model_type!r}: weight {name!r} missing from the checkpoint"
             )
         return state[name].detach().to(device=dev, dtype=dtype)
+
+    def get_f32(name: str) -> torch.Tensor:
+        return get(name).float() if dtype != torch.float32 else get(name)
 
     linears: dict[str, Linear] = {}
     for name, weight, bias in fused_linears(cfg, state):
@@ -137,10 +148,10 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
                 weight.to(device=dev, dtype=dtype),
                 None if bias is None else bias.to(device=dev, dtype=dtype))
     layers = tuple(LayerWeights(
-        attn_norm=get(f"model.layers.{i}.input_layernorm.weight"),
+        attn_norm=get_f32(f"model.layers.{i}.input_layernorm.weight"),
         qkv=linears[f"layers.{i}.qkv"],
         o=linears[f"layers.{i}.o"],
-        mlp_norm=get(f"model.layers.{i}.post_attention_layernorm.weight"),
+        mlp_norm=get_f32(f"model.layers.{i}.post_attention_layernorm.weight"),
         gate_up=linears[f"layers.{i}.gate_up"],
         down=linears[f"layers.{i}.down"],
     ) for i in range(cfg.num_layers))
@@ -152,7 +163,7 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
     return ModelWeights(
         embed=get("model.embed_tokens.weight") if embed is None else embed,
         layers=layers,
-        norm=get("model.norm.weight"),
+        norm=get_f32("model.norm.weight"),
         lm_head=lm_head,
         inv_freq=rope_inv_freq(cfg).to(dev),
     )
@@ -183,30 +194,33 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
 
 
 def prefill(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.Tensor,
-            positions: torch.Tensor, write_slots: torch.Tensor, read_pages: torch.Tensor,
+            positions: torch.Tensor, write_slots: torch.Tensor, read_pages: torch.Tensor | int,
             span: int, mask: torch.Tensor | None, *, all_logits: bool = False
             ) -> torch.Tensor:
     """One sequence, T new tokens.
 
     token_ids, positions, write_slots: ``[T]``; read_pages: ``[P]`` page ids holding
-    positions 0 .. span-1 (span = last position + 1, the new tokens included); mask: bool
+    positions 0 .. span-1 (span = last position + 1, the new tokens included), or the
+    first of P consecutive pages that hold them (read in place); mask: bool
     ``[T, span]``, True where query t may attend key s, or None for "all". Returns logits
     ``[T, vocab]`` if all_logits else ``[1, vocab]``, in the compute dtype.
     """
-    hidden = _forward(cfg, w, kv, token_ids[None], positions[None], write_slots,
-                      read_pages[None], span, None if mask is None else mask[None, None])
+    rows = read_pages if isinstance(read_pages, int) else read_pages[None]
+    hidden = _forward(cfg, w, kv, token_ids[None], positions[None], write_slots, rows, span,
+                      None if mask is None else mask[None, None])
     hidden = hidden[0] if all_logits else hidden[0, -1:]
     return _logits(cfg, w, hidden)
 
 
 def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
                      token_ids: torch.Tensor, positions: torch.Tensor,
-                     write_slots: torch.Tensor, read_pages: torch.Tensor, span: int,
+                     write_slots: torch.Tensor, read_pages: torch.Tensor | int, span: int,
                      mask: torch.Tensor | None) -> torch.Tensor:
     """B sequences, one new token each, one batched forward.
 
     token_ids, positions, write_slots: ``[B]``; read_pages: ``[B, P]`` page ids holding
-    positions 0 .. span-1 of each sequence (rows padded with any valid page); mask: bool
+    positions 0 .. span-1 of each sequence (rows padded with any valid page), or for
+    B = 1 the first of P consecutive pages that hold them (read in place); mask: bool
     ``[B, span]`` (True = attend), or None when every row attends to all span positions.
     Returns logits ``[B, vocab]`` in the compute dtype.
     """
@@ -216,30 +230,35 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
 
 
 def _forward(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.Tensor,
-             positions: torch.Tensor, write_slots: torch.Tensor, read_pages: torch.Tensor,
-             span: int, mask: torch.Tensor | None) -> torch.Tensor:
-    """token_ids/positions ``[B, T]``, write_slots ``[B*T]``, read_pages ``[B, P]``,
-    mask ``[B, 1, T, span]`` or None. Returns final hidden states ``[B, T, hidden]``."""
+             positions: torch.Tensor, write_slots: torch.Tensor,
+             read_pages: torch.Tensor | int, span: int, mask: torch.Tensor | None
+             ) -> torch.Tensor:
+    """token_ids/positions ``[B, T]``, write_slots ``[B*T]``, read_pages ``[B, P]`` (or,
+    B = 1, the first of consecutive pages), mask ``[B, 1, T, span]`` or None. Returns
+    final hidden states ``[B, T, hidden]``."""
     length = token_ids.shape[1]
-    x = F.embedding(token_ids, w.embed)
-    cos, sin = _rope_tables(w.inv_freq, positions, x.dtype)
+    dtype = w.dtype
+    # The residual stream stays in float32 whatever the compute dtype (as llama.cpp
+    # keeps it): the norms read it directly and the branches' outputs add into it.
+    x = F.embedding(token_ids, w.embed).float()
+    cos, sin = _rope_tables(w.inv_freq, positions, dtype)
     if mask is not None and length > 1 and cfg.kv_groups > 1:
         # Query rows are (group, t) after folding the groups into the length axis.
         mask = mask.repeat(1, 1, cfg.kv_groups, 1)
-    flat_pages = read_pages.reshape(-1)
+    flat_pages = read_pages if isinstance(read_pages, int) else read_pages.reshape(-1)
     eps = cfg.rms_norm_eps
     for index, layer in enumerate(w.layers):
-        h = _rms_norm(x, layer.attn_norm, eps)
+        h = _rms_norm(x, layer.attn_norm, eps, dtype)
         x = x + _attention(cfg, layer, h, cos, sin, kv, index, write_slots, flat_pages,
                            span, mask)
-        h = _rms_norm(x, layer.mlp_norm, eps)
+        h = _rms_norm(x, layer.mlp_norm, eps, dtype)
         x = x + _mlp(layer, h)
     return x
 
 
 def _attention(cfg: ModelConfig, layer: LayerWeights, h: torch.Tensor, cos: torch.Tensor,
                sin: torch.Tensor, kv: KVStorage, index: int, write_slots: torch.Tensor,
-               flat_pages: torch.Tensor, span: int, mask: torch.Tensor | None
+               flat_pages: torch.Tensor | int, span: int, mask: torch.Tensor | None
                ) -> torch.Tensor:
     batch, length, _ = h.shape
     heads, kv_heads, dim, groups = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.kv_groups
@@ -248,11 +267,17 @@ def _attention(cfg: ModelConfig, layer: LayerWeights, h: torch.Tensor, cos: torc
     k_store, v_store = kv.layer(index)
     k_store.index_copy_(0, write_slots, qk[:, :, heads:].reshape(-1, kv_heads, dim))
     v_store.index_copy_(0, write_slots, qkv[:, :, heads + kv_heads:].reshape(-1, kv_heads, dim))
-    # Whole pages are gathered (page-sized rows copy faster than slot-sized ones); keys
-    # past `span` in the last page are sliced off.
     k_pages, v_pages = kv.layer_pages(index)
-    keys = k_pages.index_select(0, flat_pages).view(batch, -1, kv_heads, dim)[:, :span]
-    values = v_pages.index_select(0, flat_pages).view(batch, -1, kv_heads, dim)[:, :span]
+    if isinstance(flat_pages, int):  # one row on consecutive pages: a view, no copy
+        end = flat_pages + (span + kv.page_size - 1) // kv.page_size
+        k_pages, v_pages = k_pages[flat_pages:end], v_pages[flat_pages:end]
+    else:
+        # Whole pages are gathered (page-sized rows copy faster than slot-sized ones).
+        k_pages, v_pages = k_pages.index_select(0, flat_pages), v_pages.index_select(
+            0, flat_pages)
+    # Keys past `span` in the last page are sliced off.
+    keys = k_pages.view(batch, -1, kv_heads, dim)[:, :span]
+    values = v_pages.view(batch, -1, kv_heads, dim)[:, :span]
     # [B, T, H, D] -> [B, KV, groups * T, D]: query head h uses K/V head h // groups.
     q = qk[:, :, :heads].transpose(1, 2).reshape(batch, kv_heads, groups * length, dim)
     out = F.scaled_dot_product_attention(q, keys.transpose(1, 2), values.transpose(1, 2),
@@ -271,15 +296,16 @@ def _mlp(layer: LayerWeights, h: torch.Tensor) -> torch.Tensor:
 
 
 def _logits(cfg: ModelConfig, w: ModelWeights, hidden: torch.Tensor) -> torch.Tensor:
-    return w.lm_head(_rms_norm(hidden, w.norm, cfg.rms_norm_eps))
+    return w.lm_head(_rms_norm(hidden, w.norm, cfg.rms_norm_eps, w.dtype))
 
 
-def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """transformers' RMSNorm (float32 statistics). float32 uses torch's fused kernel; lower
-    precisions normalise in float32 and round before the weight, as transformers does."""
-    if x.dtype == torch.float32:
-        return F.rms_norm(x, weight.shape, weight, eps)
-    return weight * F.rms_norm(x.float(), weight.shape, None, eps).to(x.dtype)
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dtype
+              ) -> torch.Tensor:
+    """transformers' RMSNorm of the float32 residual stream `x` with the float32 `weight`
+    (torch's fused kernel), rounded to the compute `dtype`. (transformers rounds before
+    the weight in lower precisions; rounding once, after it, is closer to float32.)"""
+    y = F.rms_norm(x, weight.shape, weight, eps)
+    return y if dtype == torch.float32 else y.to(dtype)
 
 
 def _rope_tables(inv_freq: torch.Tensor, positions: torch.Tensor,

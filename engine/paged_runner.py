@@ -67,11 +67,11 @@ class PagedRunner:
         elif count > 1:
             mask = keys[None, :] <= positions[:, None]
         # else: a single query at the last position sees everything
-        dev = self.device
+        ints = self._long([*self._checked_ids(token_ids), *write])
         logits = model.prefill(
-            self.config, self.weights, self.kv, self._ids(token_ids), positions.to(dev),
-            self._long(write), self._long(pages[0]), end,
-            None if mask is None else mask.to(dev), all_logits=all_logits)
+            self.config, self.weights, self.kv, ints[:count], positions.to(self.device),
+            ints[count:], self._read(pages), end,
+            None if mask is None else mask.to(self.device), all_logits=all_logits)
         return logits.to(device="cpu", dtype=torch.float32)
 
     @torch.inference_mode()
@@ -97,11 +97,14 @@ class PagedRunner:
             mask = keys[None, :] <= positions[:, None]
             if window is not None:
                 mask &= keys[None, :] > positions[:, None] - window
-        dev = self.device
+        batch = len(items)
+        # One host -> device tensor for ids, positions and write slots.
+        ints = self._long([*self._checked_ids([item.token_id for item in items]),
+                           *pos_list, *write])
         logits = model.decode_one_token(
-            self.config, self.weights, self.kv, self._ids([item.token_id for item in items]),
-            self._long(pos_list), self._long(write), self._long(pages), span,
-            None if mask is None else mask.to(dev))
+            self.config, self.weights, self.kv, ints[:batch], ints[batch:2 * batch],
+            ints[2 * batch:], self._read(pages), span,
+            None if mask is None else mask.to(self.device))
         return logits.to(device="cpu", dtype=torch.float32)
 
     def copy_slots(self, src_page: int, dst_page: int, n_tokens: int) -> None:
@@ -109,11 +112,20 @@ class PagedRunner:
         with torch.inference_mode():
             self.kv.copy_slots(src_page, dst_page, n_tokens)
 
-    def _ids(self, token_ids: Sequence[int]) -> torch.Tensor:
-        ids = torch.tensor(list(token_ids), dtype=torch.long)
-        if int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size:
+    def _checked_ids(self, token_ids: Sequence[int]) -> list[int]:
+        ids = [int(t) for t in token_ids]
+        if min(ids) < 0 or max(ids) >= self.vocab_size:
             raise EngineError(f"token id out of range [0, {self.vocab_size})")
-        return ids.to(self.device)
+        return ids
+
+    def _read(self, rows: list[list[int]]) -> torch.Tensor | int:
+        """What attention reads: one row on consecutive pages as its first page (read in
+        place), else the ``[B, P]`` page ids (gathered)."""
+        if len(rows) == 1:
+            row = rows[0]
+            if row == list(range(row[0], row[0] + len(row))):
+                return row[0]
+        return self._long(rows)
 
     def _long(self, values: Sequence[int] | Sequence[Sequence[int]]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long).to(self.device)

@@ -114,6 +114,22 @@ def test_prefill_then_decode_matches_transformers(tiny: Any) -> None:
         assert max_diff(step[0], ref[pos]) < FP32_TOL, pos
 
 
+@pytest.mark.parametrize("first", [0, 9])
+def test_consecutive_pages_read_in_place_match_transformers(tiny: Any, first: int) -> None:
+    """One sequence on consecutive pages is attended in place (a view of the storage, no
+    gather): chunked prefill and decode still match the reference."""
+    runner = make_runner(tiny)
+    ids = random_tokens(30, seed=11)  # longer than the Mistral sliding window of 8
+    table = list(range(first, first + 8))
+    ref = reference_logits(tiny, ids)
+    chunk = runner.prefill(table, 0, ids[:6], all_logits=True)
+    assert max_diff(chunk, ref[:6]) < FP32_TOL
+    assert max_diff(runner.prefill(table, 6, ids[6:13], all_logits=True), ref[6:13]) < FP32_TOL
+    for pos in range(13, len(ids)):
+        step = runner.decode([DecodeItem(table, pos, ids[pos])])
+        assert max_diff(step[0], ref[pos]) < FP32_TOL, pos
+
+
 def test_batched_decode_of_different_lengths(tiny: Any) -> None:
     runner = make_runner(tiny)
     pages = shuffled_pages(64, seed=7)
