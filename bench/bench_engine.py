@@ -14,6 +14,7 @@ was converted from). Per weight format:
 
     .venv/bin/python bench/bench_engine.py [--formats fp32,bf16,int8,int4]
         [--llama-bench PATH] [--gguf FILE] [--threads 2] [--no-quality] [--model DIR]
+        [--profile]
 
 See bench/README.md for building ``llama-bench``. Machines shared with other work are
 noisy: each figure is the best of ``--repeat`` rounds, and rounds of all peers alternate.
@@ -136,6 +137,30 @@ def ours_ttft(engine: Engine, history: list[int], turn: list[int]) -> float:
     return seconds
 
 
+def ours_profile(runner: PagedRunner, prompt: list[int], steps: int = 8, top: int = 8
+                 ) -> list[str]:
+    """torch.profiler over `steps` batch-1 decode steps after `prompt`: aten calls per
+    step and the ops taking the most self CPU time (per step)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from engine.runner import DecodeItem
+
+    pages = list(range(-(-(len(prompt) + steps) // runner.page_size)))
+    runner.prefill(pages, 0, prompt)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        token = prompt[-1]
+        for pos in range(len(prompt), len(prompt) + steps):
+            token = int(runner.decode([DecodeItem(pages, pos, token)])[0].argmax())
+    events = prof.key_averages()
+    calls = sum(e.count for e in events if e.key.startswith("aten::"))
+    total = sum(e.self_cpu_time_total for e in events) / steps / 1000
+    lines = [f"{calls / steps:.0f} aten calls and {total:.1f} ms self CPU per step"]
+    for e in sorted(events, key=lambda e: -e.self_cpu_time_total)[:top]:
+        lines.append(f"{e.key:52s} {e.count / steps:5.0f}/step "
+                     f"{e.self_cpu_time_total / steps / 1000:6.2f} ms")
+    return lines
+
+
 # ---- transformers -----------------------------------------------------------------------
 
 
@@ -250,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-transformers", action="store_true")
     parser.add_argument("--no-quality", action="store_true")
     parser.add_argument("--quality-tokens", type=int, default=64)
+    parser.add_argument("--profile", action="store_true",
+                        help="print torch.profiler's top ops of a batch-1 decode step")
     args = parser.parse_args(argv)
 
     import transformers
@@ -342,6 +369,11 @@ def main(argv: list[str] | None = None) -> int:
         b1 = row.decode or 0
         print(f"  {row.name}: concurrent/own batch-1 {ratio(row.concurrent, b1)}; "
               + "; ".join(parts))
+
+    if args.profile:
+        print("\nprofile of one batch-1 decode step (8 steps after a 300-token prompt):")
+        for name, runner in runners.items():
+            print(f"  {name}: " + "\n      ".join(ours_profile(runner, long_ids[:300])))
 
     if not args.no_quality and "fp32" in runners:
         print("\nquality vs ours fp32 (perplexity on engine.quality.fixed_text; greedy "

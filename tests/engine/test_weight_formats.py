@@ -15,6 +15,7 @@ from engine.errors import ContextLimitError, EngineError
 from engine.loader import runner_from_hf_model
 from engine.quality import fixed_text, greedy_agreement, greedy_tokens, perplexity
 from engine.quantize import (
+    PREFILL_ROWS,
     DenseLinear,
     Int4Linear,
     Int8Linear,
@@ -41,7 +42,7 @@ def dequantized(tensors: dict[str, torch.Tensor], shape: torch.Size) -> torch.Te
             + tensors["min"].t()[..., None]).view(shape)
 
 
-@pytest.mark.parametrize("rows", [3, 40])  # the one-token kernel and the prefill path
+@pytest.mark.parametrize("rows", [3, PREFILL_ROWS])  # the kernel and the prefill path
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
 def test_quantized_linear_computes_with_its_dequantized_weight(fmt: str, rows: int) -> None:
     gen = torch.Generator().manual_seed(0)
