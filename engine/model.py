@@ -33,6 +33,7 @@ from engine.quantize import (
     Linear,
     QuantizedTensors,
     WeightFormat,
+    bf16_linear,
     format_for_linear,
     linear_from_quantized,
     quantize_linear,
@@ -121,9 +122,10 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
     """Take the weights of a transformers ``*ForCausalLM`` state dict (fused copies).
 
     `dtype` is the compute (activation and K/V) dtype. `fmt` ``int8``/``int4`` quantizes
-    the projections (the embedding table stays in `dtype`, the norms in float32), using the ready
-    `quantized` tensors by `fused_linears` name where given (see `engine.weight_cache`);
-    otherwise the projections are dense in `dtype`."""
+    the projections, using the ready `quantized` tensors by `fused_linears` name where
+    given (see `engine.weight_cache`); ``bf16`` rounds them to bfloat16 (see
+    `engine.quantize.bf16_linear`; the embedding table too); otherwise the projections are
+    dense in `dtype`. The embedding table is in `dtype`, the norms in float32."""
     dev = torch.device(device)
 
     def get(name: str) -> torch.Tensor:
@@ -143,6 +145,8 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
                 weight, format_for_linear(name, fmt))
             assert tensors is not None
             linears[name] = linear_from_quantized(tensors, bias, device=dev, dtype=dtype)
+        elif fmt == "bf16":
+            linears[name] = bf16_linear(weight, bias, device=dev)
         else:
             linears[name] = DenseLinear.build(
                 weight.to(device=dev, dtype=dtype),
@@ -160,8 +164,12 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
     embed: torch.Tensor | None = None
     if tied and isinstance(lm_head, DenseLinear):  # one copy of the matrix serves both
         embed = lm_head.weight.t() if lm_head.input_major else lm_head.weight
+    if embed is None:
+        embed = get("model.embed_tokens.weight")
+        if fmt == "bf16":
+            embed = embed.to(torch.bfloat16).to(dtype)
     return ModelWeights(
-        embed=get("model.embed_tokens.weight") if embed is None else embed,
+        embed=embed,
         layers=layers,
         norm=get_f32("model.norm.weight"),
         lm_head=lm_head,

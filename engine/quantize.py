@@ -1,7 +1,15 @@
 """Weight formats for the model's linear layers: dense fp32 / bf16, weight-only int8 and int4.
 
 Every format is a small callable `Linear` built from a full-precision ``[out, in]`` weight.
-The quantized ones use kernels that ship with torch (no C++ of ours):
+All use kernels that ship with torch (no C++ of ours):
+
+- ``bf16``: the weights rounded to bfloat16. On CPU they are held as float16 in fbgemm's
+  packed layout (``quantized::linear_dynamic_fp16``, float32 activations): every bfloat16
+  weight of a normal model is exact in float16 (its 8 mantissa bits fit in 11; magnitudes
+  between 6e-5 and 65504), and the kernel streams 16-bit weights at float32 speed --
+  measured 1.45x faster than the float32 GEMV at one row, 2x at eight, while torch's own
+  bfloat16 CPU GEMM (no AVX512-BF16 here) is 1.7x slower than float32. Other devices
+  use plain bfloat16 weights and activations.
 
 - ``int8``: per-output-channel symmetric int8 weights, ``aten._weight_int8pack_mm`` on CPU
   (fast with bfloat16 activations; ~10x slower with float32 ones, so quantized formats
@@ -30,11 +38,13 @@ __all__ = [
     "PREFILL_ROWS",
     "WEIGHT_FORMATS",
     "DenseLinear",
+    "Fp16PackedLinear",
     "Int4Linear",
     "Int8Linear",
     "Linear",
     "QuantizedTensors",
     "WeightFormat",
+    "bf16_linear",
     "compute_dtype_for",
     "format_for_linear",
     "linear_from_quantized",
@@ -66,9 +76,12 @@ def resolve_weight_format(name: str) -> WeightFormat:
                           f"(use one of {', '.join(WEIGHT_FORMATS)})") from None
 
 
-def compute_dtype_for(fmt: WeightFormat) -> torch.dtype:
-    """Activation and KV dtype of a format: the quantized kernels' fast path is bfloat16."""
-    return torch.float32 if fmt == "fp32" else torch.bfloat16
+def compute_dtype_for(fmt: WeightFormat, device: torch.device | str = "cpu") -> torch.dtype:
+    """Activation and K/V dtype of a format on a device: float32 for fp32, and for bf16 on
+    CPU (see `Fp16PackedLinear`); bfloat16 otherwise (the int8/int4 kernels' fast path)."""
+    if fmt == "fp32" or (fmt == "bf16" and torch.device(device).type == "cpu"):
+        return torch.float32
+    return torch.bfloat16
 
 
 def format_for_linear(name: str, fmt: WeightFormat) -> WeightFormat:
@@ -130,6 +143,45 @@ class DenseLinear(Linear):
 
     def nbytes(self) -> int:
         return self.weight.numel() * self.weight.element_size()
+
+
+@dataclass(frozen=True, eq=False)
+class Fp16PackedLinear(Linear):
+    """A 16-bit weight in fbgemm's packed float16 layout; float32 in and out (CPU)."""
+
+    packed: torch.ScriptObject
+    """fbgemm's prepacked weight and float32 bias (opaque)."""
+    in_features: int  # type: ignore[misc]
+    out_features: int  # type: ignore[misc]
+
+    @classmethod
+    def build(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> Fp16PackedLinear:
+        """From a float ``[out, in]`` weight whose values float16 holds (bfloat16-rounded
+        ones do, see the module docstring)."""
+        out_features, in_features = weight.shape
+        packed = torch.ops.quantized.linear_prepack_fp16(
+            weight.float().contiguous(), None if bias is None else bias.float())
+        return cls(packed, int(in_features), int(out_features))
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        y = torch.ops.quantized.linear_dynamic_fp16(x.reshape(-1, shape[-1]), self.packed)
+        return y.view(*shape[:-1], self.out_features)
+
+    def nbytes(self) -> int:
+        return 2 * self.in_features * self.out_features
+
+
+def bf16_linear(weight: torch.Tensor, bias: torch.Tensor | None, *, device: torch.device
+                ) -> Linear:
+    """The ``bf16`` format's linear: `weight` rounded to bfloat16, packed for fbgemm's
+    float16 kernel on CPU (dense bfloat16 if float16 cannot hold it), dense bfloat16
+    elsewhere."""
+    rounded = weight.detach().to(device=device, dtype=torch.bfloat16)
+    if device.type == "cpu" and float(rounded.abs().max()) <= torch.finfo(torch.float16).max:
+        return Fp16PackedLinear.build(rounded, bias)
+    return DenseLinear.build(rounded, None if bias is None else bias.to(device=device,
+                                                                        dtype=torch.bfloat16))
 
 
 @dataclass(frozen=True, eq=False)

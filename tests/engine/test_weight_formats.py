@@ -17,8 +17,10 @@ from engine.quality import fixed_text, greedy_agreement, greedy_tokens, perplexi
 from engine.quantize import (
     PREFILL_ROWS,
     DenseLinear,
+    Fp16PackedLinear,
     Int4Linear,
     Int8Linear,
+    bf16_linear,
     compute_dtype_for,
     linear_from_quantized,
     quantize_linear,
@@ -72,8 +74,24 @@ def test_format_names_and_dtypes() -> None:
     assert resolve_weight_format("bfloat16") == "bf16"
     assert compute_dtype_for("fp32") == torch.float32
     assert compute_dtype_for("int4") == torch.bfloat16
+    assert compute_dtype_for("bf16") == torch.float32  # CPU: fbgemm's float16 kernel
+    assert compute_dtype_for("bf16", "cuda") == torch.bfloat16
     with pytest.raises(EngineError, match="unknown weight format"):
         resolve_weight_format("int3")
+
+
+def test_bf16_on_cpu_computes_with_the_bfloat16_weights_in_float32() -> None:
+    gen = torch.Generator().manual_seed(1)
+    weight, bias = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
+    linear = bf16_linear(weight, bias, device=CPU)
+    assert isinstance(linear, Fp16PackedLinear) and linear.nbytes() == 2 * 96 * 64
+    x = torch.randn(2, 5, 64, generator=gen)
+    ref = x @ weight.bfloat16().float().t() + bias
+    out = linear(x)
+    assert out.shape == (2, 5, 96) and out.dtype == torch.float32
+    assert float((out - ref).abs().max()) < 1e-4
+    # float16 cannot hold it: dense bfloat16 instead
+    assert isinstance(bf16_linear(weight * 1e5, None, device=CPU), DenseLinear)
 
 
 def test_bf16_dense_weights_keep_the_out_in_layout() -> None:
@@ -94,7 +112,7 @@ def test_tiny_models_in_each_format_stay_close_to_fp32(tiny_llama: Any, tiny_qwe
     for hf_model in (tiny_llama, tiny_qwen2):
         exact = runner_from_hf_model(hf_model, page_size=4, num_pages=16)
         low = runner_from_hf_model(hf_model, page_size=4, num_pages=16, weights=fmt)
-        assert low.dtype == torch.bfloat16 and low.kv.k.dtype == torch.bfloat16
+        assert low.dtype == compute_dtype_for(fmt) == low.kv.k.dtype
         ref = exact.prefill(table, 0, ids, all_logits=True)
         ours = low.prefill(table, 0, ids[:-2], all_logits=True)
         for pos in (len(ids) - 2, len(ids) - 1):  # decode steps on the same cache
@@ -161,7 +179,7 @@ def test_smollm2_quality_gates(llm_dir: Path, tmp_path: Path) -> None:
     results: dict[str, float] = {}
     reference: list[list[int]] = []
     prompts: list[list[int]] = []
-    for fmt in ("fp32", "int8", "int4"):
+    for fmt in ("fp32", "bf16", "int8", "int4"):
         runner, tokenizer = load_runner(llm_dir, page_size=16, num_pages=96, weights=fmt,
                                         cache_dir=tmp_path)
         text = [int(t) for t in tokenizer.encode(fixed_text(paragraphs=16))]
@@ -174,6 +192,7 @@ def test_smollm2_quality_gates(llm_dir: Path, tmp_path: Path) -> None:
         else:
             agreement = greedy_agreement(runner, reference, prompts)
             assert agreement.teacher_forced >= 0.8, (fmt, agreement)
+    assert results["bf16"] <= 1.01 * results["fp32"], results
     assert results["int8"] <= 1.02 * results["fp32"], results
     assert results["int4"] <= 1.06 * results["fp32"], results
     assert len(list(tmp_path.glob("*-int4.safetensors"))) == 1
