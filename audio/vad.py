@@ -129,6 +129,9 @@ def make_classifier(options: VadOptions) -> FrameClassifier:
 # ------------------------------------------------------------------------ audio VAD
 
 
+_DIGITAL_SILENCE_DBFS = -100.0
+
+
 class _NoiseFloor:
     """Running minimum of frame levels over a trailing window (monotonic deque)."""
 
@@ -240,7 +243,11 @@ class Vad:
         self.frames_seen += 1
         opts = self.options
         level = frame_energy_dbfs(frame)
-        floor = self._noise.push(level)
+        # A frame of digital silence (the echo gate muted it, or a muted device) says
+        # nothing about the room: counted as is, it would pull the floor to nothing for a
+        # whole window, and room noise after the gate opens would pass as speech. It
+        # counts as the floor known so far.
+        floor = self._noise.push(level if level > _DIGITAL_SILENCE_DBFS else self._noise.level_dbfs)
         loud = level >= max(opts.energy_floor_dbfs, floor + opts.noise_margin_db)
         # The classifier sees every frame so that a stateful model keeps its context.
         speech = self.classifier.is_speech(frame) and loud

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import yaml
 from websockets.asyncio.client import connect
 
 from assistant.app.config import default_config_path, load_config
@@ -241,6 +242,9 @@ async def main_async(args: argparse.Namespace) -> int:
                                     "server.max_sessions": 16}
     if args.num_pages:
         overrides["engine.num_pages"] = args.num_pages
+    for item in args.set:
+        key, _, value = item.partition("=")
+        overrides[key] = yaml.safe_load(value)
     cfg = load_config(args.config or default_config_path(), env={}, overrides=overrides)
     print("loading models ...", file=sys.stderr)
     runtime = build_runtime(cfg)
@@ -322,6 +326,8 @@ def main() -> int:
     p.add_argument("--num-pages", type=int, default=0,
                    help="engine.num_pages for this run (default: the config's)")
     p.add_argument("--max-tokens", type=int, default=40, help="llm.max_new_tokens (default 40)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override for this run, e.g. asr.window_s=0 (repeatable)")
     p.add_argument("--phase-limit", type=float, default=240.0,
                    help="give up on a concurrency level after this many seconds")
     args = p.parse_args()

@@ -50,6 +50,7 @@ from assistant.turns.events import (
     SetEndOfTurnSilence,
     StartResponse,
     StartSpeculation,
+    State,
     StateChanged,
     TurnAction,
     TurnCompleteness,
@@ -123,7 +124,8 @@ def _engine_failed(p: LoopParts, item: EngineFailed) -> None:
 
 def _asr_partial(p: LoopParts, item: AsrPartial) -> None:
     p.emit(log.TranscriptPartialEntry(p.now_ms(), item.text))
-    if p.utterances.is_current(item.utt_id) and p.tm.paused_turn_id is not None:
+    if p.utterances.is_current(item.utt_id) and p.tm.state in (State.SPEAKING, State.THINKING):
+        # Speech over the reply: its words tell a real interruption from a backchannel.
         p.turn_input(InterimTranscript(p.now_ms(), item.text))
 
 

@@ -110,6 +110,8 @@ class _Candidate:
     """Speech heard while the assistant holds the floor, not yet an interruption."""
 
     voiced_ms: int
+    text: str | None = None
+    """Its latest interim transcript."""
 
 
 @dataclass
@@ -307,6 +309,8 @@ class TurnManager:
             self._set_state(State.THINKING, ev.t_ms, out)
 
     def _on_interim(self, ev: InterimTranscript, out: list[TurnAction]) -> None:
+        if self._candidate is not None:
+            self._candidate.text = ev.text  # known when it counts, if it ever does
         if self._paused_reply is not None and not self._paused_reply.finalized:
             self._paused_reply.text = ev.text
             self._decide_pause(ev.t_ms, out)
@@ -425,8 +429,9 @@ class TurnManager:
             return
         turn_id = self._active_turn
         if self._state is State.SPEAKING and self.options.interruption.mode == "tentative":
-            self._paused_reply = _Paused(turn_id, t_ms, cand.voiced_ms)
+            self._paused_reply = _Paused(turn_id, t_ms, cand.voiced_ms, text=cand.text)
             out.append(PauseReply(turn_id=turn_id, t_ms=t_ms))
+            self._decide_pause(t_ms, out)  # its words may be known already
             return  # the reply keeps the floor until the cut is decided
         if self._state is State.SPEAKING:
             out.append(BargeIn(turn_id=turn_id, t_ms=t_ms))

@@ -133,6 +133,16 @@ def test_an_interrupt_during_the_pause_commits_with_its_reason() -> None:
     ], TENTATIVE)
 
 
+def test_words_known_before_the_speech_counted_commit_as_it_pauses() -> None:
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (InterimTranscript(2050, "Stop,"), [], S),
+        (VoiceFrame(2040, True, 80),
+         [PauseReply(1, 2120), BargeIn(1, 2120, paused=True), sc(2120, S, U)], U),
+    ], TENTATIVE)
+
+
 def test_immediate_mode_cuts_at_once() -> None:
     run_table([
         *ASK_AND_SPEAK,

@@ -235,6 +235,23 @@ def test_quiet_noise_between_utterances_does_not_break_detection(utterances: lis
 
 
 @pytest.mark.skipif(not espeak_available(), reason="espeak-ng is not installed")
+def test_muted_frames_do_not_reset_the_noise_floor(utterances: list[np.ndarray]) -> None:
+    # Room noise; a second of digital silence (the echo gate muted the mic while the
+    # assistant spoke); then the user in the same room noise. Counted, the muted frames
+    # would pull the noise floor down for a whole window and the noise after the words
+    # would pass as more speech, holding the turn open for seconds.
+    speech = utterances[1]
+    pre, gate = 2 * RATE, RATE
+    audio = white_noise(6.0, -45.0, seed=3)
+    audio[pre:pre + gate] = 0.0
+    at = pre + gate + RATE // 5
+    audio[at:at + speech.size] += speech
+    vad = Vad(VadOptions())
+    (turn,) = turns(feed(vad, audio))
+    assert abs(turn[1] - (at + speech.size)) < RATE * 3 // 10, (turn, at + speech.size)
+    assert -52.0 < vad.noise_floor_dbfs < -42.0
+
+
 def test_a_second_speaker_from_espeak_is_detected() -> None:
     u = scale_to_dbfs(synth_espeak("Please call me back tomorrow morning.").pcm, -3.0)
     audio, truth = layout([0.6, u, 1.0])

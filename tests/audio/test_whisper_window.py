@@ -97,13 +97,13 @@ def test_a_cut_window_hears_the_sentences_and_encodes_less(asr_model_dir: Path, 
     t = Transcriber(asr_model_dir, ASROptions(window_s=10.0, cpu_threads=2))
     model: Any = t._model
     heard = 0
-    for chunk in spoken_sentences:
+    for chunk in spoken_sentences[::2]:
         pcm = resample(chunk.pcm.astype(np.float32) / 32768.0, chunk.sample_rate, 16000)
         out = t.transcribe(pcm, word_timestamps=False)
         if model.last_encoded_frames < FULL_FRAMES:
             assert model.last_encoded_frames == 1000  # a few seconds of speech: the window
         heard += _words(out.text) == _words(chunk.text)
-    assert t.fallbacks <= 2
-    # The stock window gets these 20 clean sentences word-perfect (test_roundtrip);
-    # the cut one may slip on a word or two.
-    assert heard >= 17, heard
+    assert t.fallbacks <= 1
+    # The stock window gets these clean sentences word-perfect (test_roundtrip); the cut
+    # one may slip on a word.
+    assert heard >= 8, heard
