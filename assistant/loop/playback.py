@@ -92,7 +92,7 @@ class ReplyPlayback:
         pcm = np.asarray(chunk.pcm[skip:], np.float32) / np.float32(32768.0)
         if self.gain != 1.0:
             pcm = pcm * np.float32(self.gain)
-        if pcm.size:
+        if pcm.size or not skip:  # an empty chunk still carries text (a text-only reply)
             sink.write(AudioChunk(pcm, chunk.sample_rate, chunk.start_sample + skip))
         self.end_pos = sink.end_position
 

@@ -92,7 +92,12 @@ def test_cached_tokens_cover_the_history_to_its_last_full_block(
         assert record.cached_tokens is not None
         assert record.cached_tokens % BLOCK == 0
         assert record.prompt_ids[:history] == talk.tokens[:history]
-        assert record.cached_tokens == record.expected_cached
+        # At least the client's whole-block expectation; more only where other
+        # conversations on this shared server left the same blocks (the system prompt),
+        # never past the nonce on the first turn.
+        assert record.cached_tokens >= record.expected_cached
+        if not turn:
+            assert record.cached_tokens <= (history + 8) // BLOCK * BLOCK
         if turn:
             # Everything but the previous reply's closing ids was computed on the server
             # (the end token is sampled, never computed): every whole block before them.
