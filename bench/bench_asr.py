@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+from bench_turns import SENTENCES  # the end-of-turn test set's sentences and their cuts
 
 from assistant.app.config import default_config_path, load_config
 from assistant.app.models import resolve_asr, resolve_voice
@@ -36,20 +37,10 @@ from audio.asr import ASROptions, Transcriber
 from audio.tts import Synthesizer, TTSOptions
 
 RATE = 16_000
-SPLIT = (
-    ("I was wondering how much there might be", "left in the account after the holidays."),
-    ("Can you tell me the best way to", "get to the train station from here?"),
-    ("What I really want to know is", "whether it will rain tomorrow."),
-    ("My sister and I were thinking about", "visiting the museum this weekend."),
-    ("Could you remind me to call", "the dentist on Monday morning?"),
-    ("The thing about learning a new language is", "that you have to practice every day."),
-    ("How long does it take to", "boil an egg properly?"),
-    ("I need a recipe for something with", "chicken, rice and vegetables."),
-)
 SHORT = ("What is the capital of France?", "What colour is the sky?", "Name a big animal.",
          "What do bees make?", "Tell me a story about a brave little dragon.", "Stop, please.",
          "Set a timer for ten minutes.", "Hello there.")
-TEXTS = tuple(f"{a} {b}" for a, b in SPLIT) + tuple(a for a, _ in SPLIT) + SHORT
+TEXTS = tuple(f"{a} {b}" for a, b in SENTENCES) + tuple(a for a, _ in SENTENCES) + SHORT
 
 
 @dataclass(frozen=True)
