@@ -16,12 +16,11 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from engine.detokenize import IncrementalDetokenizer, TokenizerLike
+from engine.detokenize import TokenizerLike
 from engine.events import FinishReason, GenerationResult, PrefillStats, TokenEvent
 from engine.params import Priority, SamplingParams
-from engine.prefix_index import common_prefix
+from engine.reply_text import CONTEXT_TOKENS, ReplyText, closing_cut
 from engine.sampler import Sampler
-from engine.stops import StopMatcher
 
 if TYPE_CHECKING:
     import torch
@@ -30,8 +29,6 @@ if TYPE_CHECKING:
     from engine.sequence import Sequence
 
 __all__ = ["Job", "JobState"]
-
-_CONTEXT_TOKENS = 4  # prompt ids decoded with the first generated ones (leading spaces)
 
 
 class JobState(enum.Enum):
@@ -58,17 +55,10 @@ class Job:
         self._prompt_done = 0
         self._prompt_stats = PrefillStats(0, 0, 0)
         self._base = 0  # sequence length once the prompt is in
-        self._generated: list[int] = []
         self._pending: int | None = None
-        self._emitted = 0  # characters of the detokenized text already released
-        self._stop_ids = frozenset(params.stop_token_ids)
-        if not params.ignore_eos:
-            self._stop_ids |= frozenset(eos_token_ids)
-        self._stops = StopMatcher(params.stop)
-        self._tokenizer = tokenizer
-        context = (list(seq.tokens) + self._prompt)[-_CONTEXT_TOKENS:]
-        self._detok = IncrementalDetokenizer(tokenizer, context)
-        self._sampler = Sampler(params, exempt=self._stop_ids)
+        self._text = ReplyText(params, tokenizer, eos_token_ids,
+                               (list(seq.tokens) + self._prompt)[-CONTEXT_TOKENS:])
+        self._sampler = Sampler(params, exempt=self._text.stop_ids)
         self._inbox: deque[TokenEvent] = deque()
         self._cancel = threading.Event()
 
@@ -90,7 +80,7 @@ class Job:
     @property
     def generated(self) -> tuple[int, ...]:
         """Every token sampled so far (stop token included)."""
-        return tuple(self._generated)
+        return tuple(self._text.generated)
 
     def take_events(self) -> list[TokenEvent]:
         """Events produced since the last call (the job keeps its own copy of each)."""
@@ -147,61 +137,32 @@ class Job:
         written). The event has token_id -1: no token goes with it."""
         if self.done:
             return []
-        in_seq = self._generated[:max(len(self.seq) - self._base, 0)] \
+        in_seq = self._text.generated[:max(len(self.seq) - self._base, 0)] \
             if not self.seq.released and self.state is JobState.DECODE else []
         return self._finish(FinishReason.CANCELLED, -1, "", tuple(in_seq), close=False)
 
     # ---- helpers -----------------------------------------------------------------------
 
     def _on_token(self, token_id: int) -> list[TokenEvent]:
-        self._generated.append(token_id)
-        if token_id in self._stop_ids:
-            rest = self._detok.text[self._emitted:] + self._detok.flush()
-            return self._finish(FinishReason.EOS, token_id, rest,
-                                tuple(self._generated[:-1]))
-        self._detok.push(token_id)
-        text = self._detok.text
-        stop_at = self._stops.find(text, self._emitted)
-        if stop_at is not None:
-            return self._finish(FinishReason.STOP, token_id, text[self._emitted:stop_at],
-                                self._ids_for_text(text[:stop_at]))
-        if len(self._generated) >= self.params.max_new_tokens or not self._room_for_next():
-            rest = text[self._emitted:] + self._detok.flush()
-            return self._finish(FinishReason.LENGTH, token_id, rest, tuple(self._generated))
-        hold = min(self._stops.holdback(text), len(text) - self._emitted)
-        delta = text[self._emitted:len(text) - hold]
-        self._emitted += len(delta)
+        step = self._text.add(token_id, room_for_next=self._room_for_next())
+        if step.finish is not None:
+            return self._finish(step.finish, token_id, step.delta, step.kept)
         self._pending = token_id
-        return [self._event(token_id, delta, finished=False, reason=None)]
+        return [self._event(token_id, step.delta, finished=False, reason=None)]
 
     def _room_for_next(self) -> bool:
         """Whether the context can take the pending token, one more, and the end-of-turn
         ids; when not, the job ends now (LENGTH) while the turn can still be closed."""
         return self.seq.positions_left >= 2 + len(self.params.end_of_turn)
 
-    def _ids_for_text(self, kept: str) -> tuple[int, ...]:
-        """Generated ids spelling exactly `kept`: the whole tokens before it ends, plus the
-        re-encoded text of a token the stop string starts inside."""
-        count = len(self._generated) - 1
-        while count > 0:
-            prefix = self._detok.text_of_first(count)
-            if kept.startswith(prefix) and not prefix.endswith("\ufffd"):
-                break
-            count -= 1
-        prefix = self._detok.text_of_first(count) if count else ""
-        rest = kept[len(prefix):]
-        extra = self._tokenizer.encode(rest, add_special_tokens=False) if rest else []
-        return tuple(self._generated[:count]) + tuple(int(t) for t in extra)
-
     def _finish(self, reason: FinishReason, token_id: int, delta: str,
                 kept: tuple[int, ...], *, close: bool = True) -> list[TokenEvent]:
-        self._emitted += len(delta)
-        text = self._detok.text[:self._emitted]
+        text = self._text.end(delta)
         self.state = JobState.DONE
         self._pending = None
         self.result = GenerationResult(
             token_ids=kept, text=text, finish_reason=reason, prompt=self._prompt_stats,
-            sampled_tokens=len(self._generated), decode_steps=self.decode_steps)
+            sampled_tokens=len(self._text.generated), decode_steps=self.decode_steps)
         event = self._event(token_id, delta, finished=True, reason=reason)
         if close:
             self._close_turn(kept)
@@ -210,17 +171,15 @@ class Job:
     def _close_turn(self, kept: tuple[int, ...]) -> None:
         """Make the sequence end with prompt + kept + end_of_turn."""
         seq = self.seq
-        in_seq = list(seq.tokens[self._base:])
-        same = common_prefix(in_seq, kept)
+        same, tail = closing_cut(seq.tokens[self._base:], kept, self.params.end_of_turn)
         seq.truncate(self._base + same)
-        tail = list(kept[same:]) + list(self.params.end_of_turn)
         if tail:
             seq.extend(tail)
 
     def _event(self, token_id: int, delta: str, *, finished: bool,
                reason: FinishReason | None) -> TokenEvent:
         event = TokenEvent(token_id=token_id, text_delta=delta,
-                           index=len(self._generated) - (0 if token_id < 0 else 1),
+                           index=len(self._text.generated) - (0 if token_id < 0 else 1),
                            finished=finished, finish_reason=reason, job_id=self.job_id)
         self._inbox.append(event)
         return event

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from engine import FinishReason, SamplingParams
 from engine.detokenize import IncrementalDetokenizer
+from engine.reply_text import ReplyText, closing_cut
 from engine.stops import StopMatcher
 from tests.engine.fake_runner import ByteTokenizer, assert_cache_matches, make_engine
 
@@ -127,3 +128,39 @@ def test_streamed_text_is_the_text_before_the_first_stop(text: str, stops: list[
     assert events[-1].finish_reason is (FinishReason.EOS if stop_at is None
                                         else FinishReason.STOP)
     assert seq.tokens[5:] == tuple(tok.encode(kept)) + (tok.special_ids[EOT], ord("\n"))
+
+
+def feed(text_ids: list[int], room: int = 99, **params: object) -> tuple[str, list[object]]:
+    """Run :class:`ReplyText` alone on ids until a step ends the reply."""
+    tok = tokenizer()
+    reply = ReplyText(SamplingParams(**params), tok, (tok.special_ids[EOT],), (60, 61))  # type: ignore[arg-type]
+    streamed = ""
+    for i, token_id in enumerate(text_ids):
+        step = reply.add(token_id, room_for_next=i < room)
+        streamed += step.delta
+        if step.finish is not None:
+            assert reply.end(step.delta) == streamed
+            return streamed, [step.finish, step.kept]
+    return streamed, [None, ()]
+
+
+def test_reply_text_ends_on_stop_ids_stop_strings_length_and_room() -> None:
+    tok = tokenizer()
+    eot = tok.special_ids[EOT]
+    # A stop id is not kept; the text before it is all released.
+    assert feed(byte_ids("ab") + [eot]) == ("ab", [FinishReason.EOS, tuple(byte_ids("ab"))])
+    # A stop string inside a merged token keeps the ids spelling the text before it.
+    assert feed(byte_ids("ther") + tok.encode("e\nUs") + byte_ids("er:"), stop=("\nUser:",)) \
+        == ("there", [FinishReason.STOP, tuple(byte_ids("ther")) + (ord("e"),)])
+    # max_new_tokens keeps every id; no room for the next one ends the reply the same way.
+    assert feed(byte_ids("abcdef"), max_new_tokens=3) \
+        == ("abc", [FinishReason.LENGTH, tuple(byte_ids("abc"))])
+    assert feed(byte_ids("abcdefghij"), room=6) \
+        == ("abcdefg", [FinishReason.LENGTH, tuple(byte_ids("abcdefg"))])
+
+
+def test_closing_cut_keeps_the_shared_reply_and_appends_the_rest_and_end_of_turn() -> None:
+    assert closing_cut([1, 2, 3], [1, 2, 3], [9]) == (3, [9])
+    assert closing_cut([1, 2, 3], [1, 2], [9]) == (2, [9])  # the stop id is cut off
+    assert closing_cut([1, 2], [1, 7, 8], [9, 10]) == (1, [7, 8, 9, 10])  # re-encoded tail
+    assert closing_cut([], [], [9]) == (0, [9])
