@@ -61,54 +61,51 @@ class Endpoint:
         host, port, prefix = self._host
         return http.client.HTTPConnection(host, port, timeout=timeout_s), prefix
 
-    def get_text(self, path: str, *, timeout_s: float = 5.0) -> str:
+    def _open(self, method: str, path: str, body: dict[str, Any] | None, *,
+              timeout_s: float, stream: bool = False,
+              ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """Send one request; an error status is raised here (the connection closed).
+        The caller reads the response and closes the connection."""
         conn, prefix = self._connect(timeout_s)
+        headers = {} if body is None else {"Content-Type": "application/json"}
+        if stream:
+            headers["Accept"] = "text/event-stream"
         try:
-            conn.request("GET", prefix + path)
+            conn.request(method, prefix + path, headers=headers,
+                         body=None if body is None else json.dumps(body))
             resp = conn.getresponse()
-            body = resp.read().decode("utf-8", "replace")
+            error = resp.read().decode("utf-8", "replace") if resp.status >= 400 else None
+        except (OSError, http.client.HTTPException) as exc:
+            conn.close()
+            raise Unreachable(f"{self.url}{path}: {exc}") from exc
+        if error is not None:
+            conn.close()
+            raise _status_error(resp.status, error, self.url + path)
+        return conn, resp
+
+    def _read(self, method: str, path: str, body: dict[str, Any] | None,
+              timeout_s: float) -> str:
+        conn, resp = self._open(method, path, body, timeout_s=timeout_s)
+        try:
+            return resp.read().decode("utf-8", "replace")
         except (OSError, http.client.HTTPException) as exc:
             raise Unreachable(f"{self.url}{path}: {exc}") from exc
         finally:
             conn.close()
-        if resp.status >= 400:
-            raise _status_error(resp.status, body, self.url + path)
-        return body
+
+    def get_text(self, path: str, *, timeout_s: float = 5.0) -> str:
+        return self._read("GET", path, None, timeout_s)
 
     def get_json(self, path: str, *, timeout_s: float = 5.0) -> Any:
         return json.loads(self.get_text(path, timeout_s=timeout_s))
 
     def post_json(self, path: str, body: dict[str, Any], *,
                   timeout_s: float | None = None) -> Any:
-        conn, prefix = self._connect(timeout_s or self.timeout_s)
-        try:
-            conn.request("POST", prefix + path, body=json.dumps(body),
-                         headers={"Content-Type": "application/json"})
-            resp = conn.getresponse()
-            text = resp.read().decode("utf-8", "replace")
-        except (OSError, http.client.HTTPException) as exc:
-            raise Unreachable(f"{self.url}{path}: {exc}") from exc
-        finally:
-            conn.close()
-        if resp.status >= 400:
-            raise _status_error(resp.status, text, self.url + path)
-        return json.loads(text)
+        return json.loads(self._read("POST", path, body, timeout_s or self.timeout_s))
 
     def stream(self, path: str, body: dict[str, Any]) -> Stream:
         """Open a streaming POST; raises `Unreachable` / `ServerError` before any event."""
-        conn, prefix = self._connect(self.timeout_s)
-        try:
-            conn.request("POST", prefix + path, body=json.dumps(body),
-                         headers={"Content-Type": "application/json",
-                                  "Accept": "text/event-stream"})
-            resp = conn.getresponse()
-        except (OSError, http.client.HTTPException) as exc:
-            conn.close()
-            raise Unreachable(f"{self.url}{path}: {exc}") from exc
-        if resp.status >= 400:
-            text = resp.read().decode("utf-8", "replace")
-            conn.close()
-            raise _status_error(resp.status, text, self.url + path)
+        conn, resp = self._open("POST", path, body, timeout_s=self.timeout_s, stream=True)
         return Stream(conn, resp, self.url + path)
 
 
