@@ -16,7 +16,7 @@ played).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -126,11 +126,25 @@ class ReplyPlayback:
 
     def stop(self, sink: Sink, *, detected_ms: int, now_ms: int) -> StopReport:
         """Stop the sink now for a barge-in detected at ``detected_ms`` (a paused reply:
-        what its pause did, the sink is already quiet)."""
+        what its pause did, less any audio in flight at the pause that the sink can
+        still hold back now -- a network client that kept playing its buffer)."""
         self.stopped = True
         if self.paused is not None:
-            return self.paused
+            return self._settle(sink, self.paused, now_ms)
         return self._halt(sink, detected_ms=detected_ms, now_ms=now_ms)
+
+    def _settle(self, sink: Sink, report: StopReport, now_ms: int) -> StopReport:
+        pos = sink.stop()  # a device or clock sink: the position its pause returned
+        if self.start_pos is None:
+            return report
+        rate = sink.sample_rate
+        heard = max(self._heard_before, self._base_reply - self._base_pos + min(pos, self.end_pos))
+        if self._to_tts(heard, rate) >= report.heard_samples:
+            return report
+        heard_ms = heard * 1000 // rate
+        return replace(report, heard_samples=self._to_tts(heard, rate), heard_ms=heard_ms,
+                       leaked_ms=max(0, heard_ms - report.played_at_detection_ms),
+                       stopped_at_ms=min(report.stopped_at_ms, now_ms))
 
     def pause(self, sink: Sink, *, detected_ms: int, now_ms: int) -> StopReport:
         """Stop the sink as :meth:`stop` does, keeping the reply (see :meth:`resume`)."""
