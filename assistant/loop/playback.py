@@ -83,7 +83,9 @@ class ReplyPlayback:
             self.start_pos = self._base_pos = sink.end_position
             self.audio_started_ms = now_ms
         self.chunks.append(chunk)
-        if self.paused is None:  # while paused it is kept for the resume
+        # While paused it is kept for the resume; a chunk of no audio (a text-only
+        # reply's) has nothing to hold back, and a resume never sends it again.
+        if self.paused is None or not chunk.num_samples:
             self._send(sink, chunk, 0)
         return first
 
