@@ -43,6 +43,9 @@ class ServeRuntime:
     defaults: SessionSettings
     audio_delta_ms: int = 100
     """Longest ``response.output_audio.delta`` (ms of audio)."""
+    audio_lead_ms: int = 300
+    """The most reply audio sent ahead of the client's playback (ms): a pause of the
+    reply (a tentative interruption) is heard this late at worst."""
 
     def backend_factory(self, settings: SessionSettings) -> SessionBackend:
         from assistant.serve.backend.pipeline_backend import PipelineBackend

@@ -244,7 +244,7 @@ class RealtimeSession:
         if active is not None and active.item is record:
             # Still generating: stop it first, cut it when it has finished.
             active.pending_truncate = event
-            self._backend.cancel_response("client_cancelled")
+            self._backend.cancel_response("client_cancelled", reported=True)
             return
         await self._apply_truncate(record, event)
 

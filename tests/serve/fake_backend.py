@@ -108,7 +108,8 @@ class FakeBackend:
             raise B.BackendRejected("conversation_already_has_active_response", "busy")
         return self._start()
 
-    def cancel_response(self, reason: str = "client_cancelled") -> bool:
+    def cancel_response(self, reason: str = "client_cancelled", *,
+                        reported: bool = False) -> bool:
         if self._task is None or self._task.done():
             return False
         self._cancel_reason = reason

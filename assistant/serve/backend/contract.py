@@ -250,8 +250,11 @@ class SessionBackend(Protocol):
         is in progress."""
         ...
 
-    def cancel_response(self, reason: str = "client_cancelled") -> bool:
-        """Cancel the response in progress; False when there is none. Idempotent."""
+    def cancel_response(self, reason: str = "client_cancelled", *,
+                        reported: bool = False) -> bool:
+        """Cancel the response in progress; False when there is none. Idempotent.
+        ``reported``: the client reports how much it played next (a truncate of the
+        response's item), so the cut keeps everything sent until then."""
         ...
 
     async def truncate_response(self, response_key: int, audio_end_ms: int) -> TruncateResult:

@@ -8,10 +8,8 @@
   streams (even late, under load) never gets silence spliced into its audio. With
   ``hold`` set (manual turns, ``turn_detection: null``) the pipeline hears silence and
   the client's audio is kept for ``input_audio_buffer.commit``.
-- `NetworkSink`: a `NullSink` (playback modelled on the session clock: what a client
-  playing the audio in real time has heard) that also sends every chunk to the client,
-  converted to 24 kHz int16 and cut into pieces of ``delta_ms`` (the first piece carries
-  the text the chunk speaks), so a client can start playing at once.
+- The speaker is :class:`~assistant.serve.backend.network_sink.NetworkSink` (replies
+  sent at playback pace).
 - `RecordingSynthesizer`: the shared TTS voice, keeping each turn's chunks and their word
   timings, which is what maps a client's ``audio_end_ms`` to the words heard. A turn
   marked text-only (``output_modalities: ["text"]``) is not synthesised: its clauses
@@ -31,14 +29,12 @@ import numpy as np
 import numpy.typing as npt
 
 from assistant.serve.backend.contract import PROTOCOL_RATE
-from audio.chunk import AudioChunk, float_to_int16
+from audio.chunk import AudioChunk
 from audio.clock import VirtualClock
-from audio.resample import resample
-from audio.sinks import NullSink
 from audio.sources import StreamConverter
 from audio.word_timing import TTSChunk, estimate_words, split_words
 
-__all__ = ["NetworkSource", "NetworkSink", "RecordingSynthesizer", "silent_span"]
+__all__ = ["NetworkSource", "RecordingSynthesizer", "silent_span"]
 
 
 class NetworkSource:
@@ -227,52 +223,3 @@ class RecordingSynthesizer:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
-
-
-class NetworkSink(NullSink):
-    """Models playback on the session clock and streams each chunk to the client."""
-
-    def __init__(
-        self,
-        clock: VirtualClock,
-        sample_rate: int,
-        *,
-        recorder: RecordingSynthesizer,
-        current_turn: Callable[[], int | None],
-        emit: Callable[[int, str, bytes], None],
-        delta_ms: int = 100,
-    ) -> None:
-        """``emit(turn_id, text, pcm)`` gets each piece as sent: the words its chunk
-        speaks (with the chunk's first piece; empty for the others and for a chunk the
-        recorder does not know) and at most ``delta_ms`` of 24 kHz int16 audio (no audio
-        for a text-only chunk)."""
-        if delta_ms <= 0:
-            raise ValueError(f"delta_ms must be positive, got {delta_ms}")
-        super().__init__(clock, sample_rate)
-        self._recorder = recorder
-        self._current_turn = current_turn
-        self._emit = emit
-        self._piece = PROTOCOL_RATE * delta_ms // 1000
-        self._sent: dict[int, tuple[int, int]] = {}  # turn -> (chunks sent, last char end)
-
-    def write(self, chunk: AudioChunk) -> None:
-        super().write(chunk)
-        turn = self._current_turn()
-        if turn is None:
-            return
-        index, last_end = self._sent.get(turn, (0, -1))
-        recorded = self._recorder.chunks(turn)
-        text = ""
-        if index < len(recorded) and recorded[index].num_samples == chunk.num_samples:
-            tts = recorded[index]
-            text = tts.text if last_end < 0 or tts.char_start <= last_end else f" {tts.text}"
-            last_end = tts.char_end
-        self._sent[turn] = (index + 1, last_end)
-        pcm = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
-        if pcm.size == 0:  # a text-only chunk
-            self._emit(turn, text, b"")
-            return
-        wire = float_to_int16(resample(pcm, chunk.sample_rate, PROTOCOL_RATE)).astype("<i2")
-        for start in range(0, wire.size, self._piece):
-            self._emit(turn, text if start == 0 else "",
-                       wire[start:start + self._piece].tobytes())

@@ -22,6 +22,15 @@ pipeline's public API:
   new pipeline before the first turn.
 - ``output_modalities: ["text"]`` (session or response): the turn is marked text-only on
   the `RecordingSynthesizer`, which then makes silent chunks instead of speech.
+
+Interruptions follow the session's turn options (``turns.interruption``; tentative by
+default, see :func:`~assistant.serve.backend.settings_map.turn_options`). While speech
+over a reply is undecided the `NetworkSink` sends nothing more of the reply (the client
+plays out the little it holds) and the `SpeechGate` keeps the speech's events from the
+client, whose ``speech_started`` would stop and truncate the reply: a backchannel or a
+cough resumes the same response's audio and is never a user item; real words commit, and
+the client hears ``speech_started`` (with the speech's own start) and then the response
+ending as ``cancelled`` / ``turn_detected``, cut to the audio it had played.
 """
 
 from __future__ import annotations
@@ -40,8 +49,11 @@ from assistant.loop.tasks import cancel_and_wait
 from assistant.serve.backend import contract as B
 from assistant.serve.backend.ledger import ResponseLedger
 from assistant.serve.backend.manual_turns import ManualTurns
-from assistant.serve.backend.network_io import NetworkSink, NetworkSource, RecordingSynthesizer
+from assistant.serve.backend.network_io import NetworkSource, RecordingSynthesizer
+from assistant.serve.backend.network_sink import NetworkSink
 from assistant.serve.backend.settings_map import dialogue_options, turn_options, vad_options
+from assistant.serve.backend.speech_gate import SpeechGate
+from assistant.turns.events import State
 from audio.clock import VirtualClock
 
 if TYPE_CHECKING:
@@ -70,7 +82,11 @@ class PipelineBackend:
         self._recorder = RecordingSynthesizer(runtime.models.synthesizer)
         self._sink = NetworkSink(self._clock, self._recorder.sample_rate, recorder=self._recorder,
                                  current_turn=self._playing_turn, emit=self._on_chunk,
-                                 delta_ms=runtime.audio_delta_ms)
+                                 delta_ms=runtime.audio_delta_ms, lead_ms=runtime.audio_lead_ms,
+                                 keeps_sent=self._client_keeps_playing)
+        self._gate = SpeechGate()
+        self._cut_reported = False
+        """A cut the client reports itself (``conversation.item.truncate``) is in progress."""
         self._pipeline: Pipeline | None = None
         self._ready = asyncio.Event()
         self._closed = False
@@ -107,6 +123,7 @@ class PipelineBackend:
     async def _run(self) -> None:
         pipeline = self._build(self._settings)
         self._pipeline = pipeline
+        self._gate = SpeechGate()
         try:
             self._ready.set()
             await pipeline.run(self._source.frames())
@@ -301,13 +318,23 @@ class PipelineBackend:
             self._emit(B.ResponseStarted(response_key=key))
             self._emit(B.ResponseFinished(response_key=key, status="failed", reason=reason))
 
-    def cancel_response(self, reason: str = "client_cancelled") -> bool:
+    def cancel_response(self, reason: str = "client_cancelled", *,
+                        reported: bool = False) -> bool:
         pipeline = self._pipeline
         turn = self._ledger.open_turn
         if pipeline is None or turn is None:
             return False
         self._ledger.set_reason(turn, reason)
-        return pipeline.interrupt(turn, reason)
+        # A cut the client reports next is made at the end of the audio sent, so that its
+        # audio_end_ms, which can only shorten the reply, sets it.
+        self._cut_reported = reported
+        try:
+            interrupted = pipeline.interrupt(turn, reason)
+        finally:
+            self._cut_reported = False
+        if interrupted:
+            self._sink.stop()  # the client no longer plays any of it
+        return interrupted
 
     async def truncate_response(self, response_key: int, audio_end_ms: int) -> B.TruncateResult:
         from audio.word_timing import heard_position
@@ -317,7 +344,9 @@ class PipelineBackend:
         if turn is None or pipeline is None:
             raise B.BackendRejected("item_not_found", "that response is no longer known")
         chunks = self._recorder.chunks(turn)
-        heard = heard_position(chunks, audio_end_ms * self._recorder.sample_rate // 1000)
+        # Wire position -> reply position (a resumed reply sent its interrupted word twice).
+        heard = heard_position(chunks, self._sink.reply_samples(
+            turn, audio_end_ms * B.PROTOCOL_RATE // 1000))
         recut = await pipeline.dialogue.query(
             lambda d: recut_last_reply(d, turn, heard.word_count, audio_end_ms))
         if recut is None:
@@ -347,6 +376,11 @@ class PipelineBackend:
 
         return await pipeline.dialogue.query(read)
 
+    def log_entries(self) -> list[L.Entry]:
+        """The session pipeline's event log so far (for inspection and tests)."""
+        pipeline = self._pipeline
+        return [] if pipeline is None else list(pipeline.entries)
+
     # ------------------------------------------------------------------ pipeline events
 
     def _emit(self, event: B.BackendEvent) -> None:
@@ -356,6 +390,20 @@ class PipelineBackend:
     def _playing_turn(self) -> int | None:
         pipeline = self._pipeline
         return None if pipeline is None else pipeline.active_turn_id
+
+    def _client_keeps_playing(self) -> bool:
+        """Whether the client goes on playing the audio it holds when the sink stops now:
+        a tentative pause (the client is not told), or a cut it reports itself."""
+        pipeline = self._pipeline
+        return self._cut_reported or (pipeline is not None
+                                      and pipeline.tm.paused_turn_id is not None)
+
+    def _speech_over_reply(self) -> bool:
+        """Speech starting now would be a tentative interruption of the reply in flight."""
+        pipeline = self._pipeline
+        return (pipeline is not None
+                and pipeline.state in (State.THINKING, State.SPEAKING)
+                and pipeline.tm.options.interruption.mode == "tentative")
 
     def _on_chunk(self, turn: int, text: str, pcm: bytes) -> None:
         key = self._ledger.key_of(turn)
@@ -367,9 +415,11 @@ class PipelineBackend:
             self._emit(B.ResponseAudio(response_key=key, pcm=pcm))
 
     def _on_entry(self, entry: L.Entry) -> None:
-        handler = _ENTRY_HANDLERS.get(type(entry))
-        if handler is not None:
-            handler(self, entry)
+        over_reply = isinstance(entry, L.SpeechStartedEntry) and self._speech_over_reply()
+        for passed in self._gate.feed(entry, over_reply=over_reply):
+            handler = _ENTRY_HANDLERS.get(type(passed))
+            if handler is not None:
+                handler(self, passed)
 
     def _on_speech_started(self, entry: L.SpeechStartedEntry) -> None:
         td = self._settings.turn_detection or B.TurnDetectionSettings()
@@ -402,6 +452,7 @@ class PipelineBackend:
         modalities = self._requested_modalities.pop(key, self._settings.output_modalities)
         self._recorder.set_text_only(entry.turn_id, "audio" not in modalities)
         self._recorder.forget_before(entry.turn_id - 4)
+        self._sink.forget_before(entry.turn_id - 4)
         self._ledger.forget_before(entry.turn_id - 4)
         self._emit(B.ResponseStarted(response_key=key))
 

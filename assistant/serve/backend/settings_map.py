@@ -62,12 +62,18 @@ def turn_options(base: TurnOptions, settings: B.SessionSettings) -> TurnOptions:
     """The session's end-of-turn rule; ``interrupt_response: false`` means speech never
     interrupts a reply.
 
-    Interruptions are immediate here: a client holds the audio deltas already sent and
-    stops its own playback on ``input_audio_buffer.speech_started`` (then truncates the
-    item), so the server cannot pause and resume what the client plays."""
+    Interruptions follow the configured ``turns.interruption`` (tentative by default), as
+    in ``talk``. A Realtime client plays the audio deltas it holds and stops (then
+    truncates) on ``input_audio_buffer.speech_started``, so the daemon makes a pause
+    possible on its side: it sends a reply's audio only a little ahead of the client's
+    playback (:class:`~assistant.serve.backend.network_sink.NetworkSink`'s lead), sends
+    no more of it while an interruption is undecided, and tells the client about the
+    speech only once it is the user's turn
+    (:class:`~assistant.serve.backend.speech_gate.SpeechGate`): a backchannel resumes the
+    same response, real words end it as ``cancelled`` / ``turn_detected``."""
     td = settings.turn_detection or B.TurnDetectionSettings()
-    options = dataclasses.replace(base, end_of_turn=end_of_turn(base, td),
-                                  interruption=InterruptionOptions(mode="immediate"))
+    options = dataclasses.replace(base, end_of_turn=end_of_turn(base, td))
     if td.interrupt_response:
         return options
-    return dataclasses.replace(options, barge_in_min_ms=10**9)
+    return dataclasses.replace(options, barge_in_min_ms=10**9,
+                               interruption=InterruptionOptions(mode="immediate"))
