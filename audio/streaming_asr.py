@@ -66,6 +66,9 @@ class TranscriptPartial:
     """Committed words; each partial's stable_text starts with the previous one's."""
     audio_ms: int
     """Utterance audio decoded for this partial."""
+    min_word_p: float = 1.0
+    """The lowest probability Whisper gave a word of ``text`` (1.0 with no words): from
+    a fraction of a second of audio it guesses ("Right" as "Run!")."""
 
 
 @dataclass(frozen=True)
@@ -251,11 +254,13 @@ class StreamingTranscriber:
         self._agreement.insert(hyp)
         self._maybe_trim()
         stable = _join(self._agreement.committed)
-        text = _join([*self._agreement.committed, *self._agreement.tail])
+        words = [*self._agreement.committed, *self._agreement.tail]
+        text = _join(words)
         if text == self._last_text and stable == self._last_stable:
             return None
         self._last_text, self._last_stable = text, stable
-        return TranscriptPartial(text, stable, self._decoded_upto * 1000 // SAMPLE_RATE)
+        return TranscriptPartial(text, stable, self._decoded_upto * 1000 // SAMPLE_RATE,
+                                 min((w.probability for w in words), default=1.0))
 
     def _maybe_trim(self) -> None:
         """Drop buffered audio up to the last committed word once the buffer is long."""

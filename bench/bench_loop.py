@@ -3,10 +3,10 @@
 Not a test: prints a table. Measures, on the wall clock, with the real models:
 
 - voice-to-voice latency (end of user speech -> first assistant audio), p50 / p95, with
-  the semantic end of turn (the default), the same on Whisper's stock 30 s encoder
-  window (``asr.window_s: 0``, what the transcript at a pause cost before), the fixed
-  550 ms rule, and speculation off (the peer: the same loop without speculative
-  pre-generation);
+  the semantic end of turn (the default), the fixed 550 ms rule, and speculation off
+  (the peer: the same loop without speculative pre-generation); optionally the semantic
+  end of turn on the engine in other weight formats (``--weights bf16``) or another
+  Whisper window (``--asr-window-s 10``);
 - a per-turn waterfall: when each stage happened after the end of speech (pause
   detected, speculation started, end-of-turn score, first clause drafted / synthesised,
   end of turn decided, final transcript, reply started, first audio), p50 per config;
@@ -21,7 +21,7 @@ backchannels and coughs/clicks (a stop is a false stop; target <= 5%), real
 interruptions (stopped within one buffer, committed how long after the speech began),
 the gap heard on a resume, and engine sequence == history after every case.
 
-    .venv/bin/python bench/bench_loop.py [--questions N] [--keep DIR]
+    .venv/bin/python bench/bench_loop.py [--questions N] [--keep DIR] [--weights bf16]
     .venv/bin/python bench/bench_loop.py --interruptions [--realtime]
 """
 
@@ -110,9 +110,9 @@ def run_once(models: LoopModels, cfg: AppConfig, wav: Path
             time.perf_counter() - t0)
 
 
-BACKCHANNELS = ("Mm-hmm.", "Uh-huh.", "Right.", "Okay, I see.")
+BACKCHANNELS = ("Mm-hmm.", "Uh-huh.", "Right.", "Okay, I see.", "Yeah.", "Okay.")
 REAL = ("Stop, please.", "Wait, what about cats?")
-NOISES = (("cough", 250), ("cough", 400))
+NOISES = (("cough", 250), ("cough", 400), ("click", 150))
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,8 @@ class Case:
 
 
 def interruption_cases() -> list[Case]:
-    voices: list[tuple[str, str, float]] = [("piper, room noise -45 dBFS", "piper", -45.0)]
+    voices: list[tuple[str, str, float]] = [("piper", "piper", -65.0),
+                                            ("piper, room noise -45 dBFS", "piper", -45.0)]
     if espeak_available():
         voices.append(("espeak-ng", "espeak", -65.0))
     cases = [Case("noise", f"{kind} {ms_} ms", Noise(kind, duration_ms=ms_))  # type: ignore[arg-type]
@@ -147,6 +148,8 @@ class CaseResult:
     """From the start of the sound to the cut being final."""
     gap_ms: int | None = None
     consistent: bool = True
+    heard: str = ""
+    """What ASR made of the sound when it was decided (the last transcript by then)."""
 
 
 def run_case(models: LoopModels, cfg: AppConfig, case: Case, tmp: Path,
@@ -168,6 +171,10 @@ def run_case(models: LoopModels, cfg: AppConfig, case: Case, tmp: Path,
     resumed = [e for e in entries if isinstance(e, log.InterruptionResumedEntry)]
     committed = [e for e in entries if isinstance(e, log.InterruptionCommittedEntry)]
     out = CaseResult(stopped=bool(barge), paused=bool(paused))
+    decided = (committed or resumed or barge or entries[-1:])[0].t_ms
+    heard = [e.text for e in entries if start <= e.t_ms <= decided
+             and isinstance(e, (log.TranscriptPartialEntry, log.TranscriptFinalEntry))]
+    out.heard = heard[-1] if heard else ""
     if barge and stopped_at:
         out.stop_ms = stopped_at[0].t_ms - barge[0].t_ms
         final = committed[0].t_ms if committed else barge[0].t_ms
@@ -211,10 +218,10 @@ def interruption_bench(models: LoopModels, realtime: bool) -> None:
                         "stop after detection p50/p95 ms", "cut final after speech start p50/p95",
                         "resume gap p50/p95", "sequence == history"], rows))
     print()
-    print(format_table(["case", *results], [
+    print(format_table(["case", *results, "heard (tentative)"], [
         [c.label] + [("STOP" if r.stopped else "paused, resumed" if r.paused else "-")
-                     for r in (results[m][i][1] for m in results)]
-        for i, (c, _) in enumerate(results["tentative"])]))
+                     for r in (results[m][i][1] for m in results)] + [repr(r.heard)]
+        for i, (c, r) in enumerate(results["tentative"])]))
 
 
 def ms(values: tuple[int, ...], q: float) -> str:
@@ -240,6 +247,13 @@ def main() -> int:
     parser.add_argument("--partial-interval-ms", type=int, default=None,
                         help="override asr.partial_interval_ms (display partials cost ASR "
                              "time that previews and finals then wait for)")
+    parser.add_argument("--asr-window-s", type=float, default=0.0,
+                        help="also run the semantic end of turn with this asr.window_s "
+                             "(0: skip)")
+    parser.add_argument("--weights", type=lambda v: [f for f in v.split(",") if f],
+                        default=[], metavar="FORMATS",
+                        help="also run the semantic end of turn on the engine loaded in "
+                             "these weight formats (comma-separated: fp32,bf16,int8,int4)")
     args = parser.parse_args()
     base = load_config(default_config_path(), env={})
     print("loading models ...", file=sys.stderr)
@@ -259,8 +273,6 @@ def main() -> int:
         if not args.only_slow:
             configs += [
                 ("semantic end of turn", {"vad.end_of_turn": "semantic"}),
-                ("semantic, stock 30 s ASR window", {"vad.end_of_turn": "semantic",
-                                                     "asr.window_s": 0}),
                 ("fixed 550 ms", {"vad.end_of_turn": "fixed"}),
                 ("speculation off", {"turns.speculate": False}),
             ]
@@ -272,12 +284,23 @@ def main() -> int:
             # short pause and the end of turn; a longer end of turn shows the hit path.
             configs.append((f"fixed {args.slow_endpoint_ms} ms", {
                 "vad.end_of_turn": "fixed", "vad.end_of_turn_ms": args.slow_endpoint_ms}))
-        for name, overrides in configs:
+        if args.asr_window_s:
+            configs.append((f"semantic, {args.asr_window_s:g} s ASR window",
+                            {"asr.window_s": args.asr_window_s}))
+        runs: list[tuple[str, dict[str, object], LoopModels]] = [
+            (name, overrides, models) for name, overrides in configs]
+        for fmt in args.weights:
+            # The same semantic configuration on the engine loaded in another weight format.
+            print(f"loading the engine with {fmt} weights ...", file=sys.stderr)
+            other = load_models(load_config(default_config_path(), env={},
+                                            overrides={"engine.weights": fmt}))
+            runs.append((f"semantic, {fmt} weights", {"engine.weights": fmt}, other))
+        for name, overrides, run_models in runs:
             if args.partial_interval_ms is not None:
                 overrides = {**overrides, "asr.partial_interval_ms": args.partial_interval_ms}
             cfg = load_config(default_config_path(), env={}, overrides=overrides)
             print(f"replaying in real time: {name} ...", file=sys.stderr)
-            metrics, st, wf, secs = run_once(models, cfg, wav)
+            metrics, st, wf, secs = run_once(run_models, cfg, wav)
             print(f"  {secs:.1f} s wall", file=sys.stderr)
             results[name] = metrics
             breakdown[name] = st

@@ -29,6 +29,8 @@ class AsrPartial:
     utt_id: int
     text: str
     stable_text: str
+    min_word_p: float = 1.0
+    """The lowest word probability of ``text`` (see ``TranscriptPartial.min_word_p``)."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,7 @@ class AsrPreview:
     utt_id: int
     text: str
     end_sample: int
+    min_word_p: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class AsrFinal:
     text: str
     audio_ms: int
     """Utterance audio decoded."""
+    min_word_p: float = 1.0
+    """The lowest word probability (1.0 when decoded without word probabilities)."""
 
 
 @dataclass
@@ -55,8 +60,9 @@ class _Utterance:
     audio: list[npt.NDArray[np.float32]] = field(default_factory=list)
     unfed: list[npt.NDArray[np.float32]] = field(default_factory=list)
     partials: bool = True
-    preview: tuple[int, int, str] | None = None
-    """(end sample, samples decoded, text) of the latest preview decode."""
+    preview: tuple[int, int, str, float] | None = None
+    """(end sample, samples decoded, text, lowest word probability) of the latest
+    preview decode."""
 
     def samples(self, end_sample: int | None = None) -> npt.NDArray[np.float32]:
         pcm = np.concatenate(self.audio) if self.audio else np.zeros(0, np.float32)
@@ -93,7 +99,7 @@ class AsrWorker(Worker):
             pcm = np.concatenate(utt.unfed)
             utt.unfed.clear()
             for p in utt.streaming.feed(pcm):
-                self.post(AsrPartial(utt_id, p.text, p.stable_text))
+                self.post(AsrPartial(utt_id, p.text, p.stable_text, p.min_word_p))
             return
 
     def open(self, utt_id: int, pcm: npt.NDArray[np.float32], start_sample: int) -> None:
@@ -125,18 +131,30 @@ class AsrWorker(Worker):
                 utt.partials = not hold
         self.submit(command, priority="control")
 
-    def preview(self, utt_id: int, end_sample: int) -> None:
+    def preview(self, utt_id: int, end_sample: int, *, word_p: bool = False) -> None:
+        """Decode up to ``end_sample``; ``word_p``: with word probabilities (speech over
+        a paused reply: a guess must not cut it)."""
         # Normal priority on purpose: the audio up to end_sample is in earlier feeds.
         def command() -> None:
             utt = self._utts.get(utt_id)
             if utt is not None:
                 pcm = utt.samples(end_sample)
-                text = self._decode(pcm)
-                utt.preview = (end_sample, pcm.size, text)
-                self.post(AsrPreview(utt_id, text, end_sample))
+                text, min_p = self._decode(pcm, word_p)
+                utt.preview = (end_sample, pcm.size, text, min_p)
+                self.post(AsrPreview(utt_id, text, end_sample, min_p))
         self.submit(command)
 
-    def finalize(self, utt_id: int, end_sample: int) -> None:
+    def interim(self, utt_id: int) -> None:
+        """Decode all the utterance's audio so far now, posted as a partial."""
+        def command() -> None:
+            utt = self._utts.get(utt_id)
+            if utt is None:
+                return
+            text, min_p = self._decode(utt.samples(), word_p=True)
+            self.post(AsrPartial(utt_id, text, text, min_p))
+        self.submit(command)
+
+    def finalize(self, utt_id: int, end_sample: int, *, word_p: bool = False) -> None:
         def command() -> None:
             utt = self._utts.pop(utt_id, None)
             if utt is None:
@@ -147,9 +165,10 @@ class AsrWorker(Worker):
             audio_ms = pcm.size * 1000 // self.sample_rate
             if utt.preview is not None and utt.preview[:2] == (end_sample, pcm.size):
                 # The same audio was decoded at the pause: the same text, no new decode.
-                self.post(AsrFinal(utt_id, utt.preview[2], audio_ms))
+                self.post(AsrFinal(utt_id, utt.preview[2], audio_ms, utt.preview[3]))
                 return
-            self.post(AsrFinal(utt_id, self._decode(pcm), audio_ms))
+            text, min_p = self._decode(pcm, word_p)
+            self.post(AsrFinal(utt_id, text, audio_ms, min_p))
         self.submit(command)
 
     def discard(self, utt_id: int) -> None:
@@ -159,9 +178,12 @@ class AsrWorker(Worker):
                 utt.streaming.cancel()
         self.submit(command, priority="control")
 
-    def _decode(self, pcm: npt.NDArray[np.float32]) -> str:
+    def _decode(self, pcm: npt.NDArray[np.float32], word_p: bool = False
+                ) -> tuple[str, float]:
+        """The text, and the lowest word probability when ``word_p`` (else 1.0)."""
         if pcm.size == 0:
-            return ""
-        return self.transcriber.transcribe(pcm, word_timestamps=False).text.strip()
+            return "", 1.0
+        heard = self.transcriber.transcribe(pcm, word_timestamps=word_p)
+        return heard.text.strip(), min((w.probability for w in heard.words), default=1.0)
 
 

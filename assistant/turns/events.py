@@ -15,7 +15,7 @@ Inputs (what happened):
 
 Actions (what to do), each carrying the ``turn_id`` it belongs to where one exists so
 stale work can be recognised and dropped:
-    RequestPartial, FinalizeUtterance, DiscardUtterance               -- to ASR
+    RequestPartial, RequestInterim, FinalizeUtterance, DiscardUtterance -- to ASR
     SetEndOfTurnSilence                                               -- to VAD
     StartSpeculation, CancelSpeculation                               -- to the engine
     StartResponse, CancelResponse, BargeIn                            -- to engine, TTS, player
@@ -50,6 +50,7 @@ __all__ = [
     "TurnInput",
     # actions
     "RequestPartial",
+    "RequestInterim",
     "FinalizeUtterance",
     "DiscardUtterance",
     "SetEndOfTurnSilence",
@@ -132,6 +133,8 @@ class PartialTranscript:
 
     t_ms: int
     text: str
+    min_word_p: float = 1.0
+    """The lowest probability ASR gave a word of ``text`` (1.0 when not measured)."""
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,8 @@ class InterimTranscript:
 
     t_ms: int
     text: str
+    min_word_p: float = 1.0
+    """The lowest probability ASR gave a word of ``text`` (1.0 when unknown)."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +154,8 @@ class FinalTranscript:
 
     t_ms: int
     text: str
+    min_word_p: float = 1.0
+    """The lowest probability ASR gave a word of ``text`` (1.0 when not measured)."""
 
 
 @dataclass(frozen=True)
@@ -218,6 +225,13 @@ TurnInput = (
 @dataclass(frozen=True)
 class RequestPartial:
     """Ask ASR to decode the open utterance now (used at a short pause)."""
+
+
+@dataclass(frozen=True)
+class RequestInterim:
+    """Ask ASR for an interim transcript of the open utterance's audio so far, now
+    (speech over a paused reply: its words decide the cut, and the display partials'
+    interval is too slow for that)."""
 
 
 @dataclass(frozen=True)
@@ -329,6 +343,7 @@ class StateChanged:
 
 TurnAction = (
     RequestPartial
+    | RequestInterim
     | SetEndOfTurnSilence
     | FinalizeUtterance
     | DiscardUtterance

@@ -11,8 +11,8 @@ speech lasted, whether it stopped, and what was said -- as a pure function,
   the cut becomes final, exactly as an immediate barge-in (truncate to the heard words);
 - speech still going after ``max_backchannel_ms`` -> **commit**: a listener's
   acknowledgement is short, a turn is not, whatever the words;
-- speech that stopped and is only backchannels or no words at all (a cough, a click)
-  -> **resume**: playback continues from the start of the interrupted word, with no new
+- speech that stopped and is only backchannels or no words at all (a cough, a click;
+  words ASR only guessed at, under ``min_word_p``, count as none) -> **resume**: playback continues from the start of the interrupted word, with no new
   generation and no re-synthesis, and the history never shows the pause;
 - otherwise **wait** (the words are not known yet).
 
@@ -60,12 +60,22 @@ class InterruptionOptions:
     """Speech over the reply lasting this long is a real interruption, whatever it says."""
     max_words: int = 4
     """More words than this is a real interruption, even if each is a backchannel."""
+    interim_every_ms: int = 200
+    """While a reply is paused, ask ASR for the speech's words at the pause and again
+    after each this much more voiced speech (0: wait for the display partials)."""
+    min_word_p: float = 0.3
+    """Words count only when ASR gave each at least this probability: Whisper guesses
+    at a fraction of a second of audio ("Right" as "Run!") and at hums ("Mm-hmm" as "in
+    my mom", p 0.14), and a guess must not cut the reply. A guessed interim transcript
+    is passed over (more audio comes); a guessed final one counts as a sound."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("immediate", "tentative"):
             raise ValueError(f"interruption mode must be immediate or tentative, got {self.mode!r}")
         if self.max_backchannel_ms <= 0 or self.max_words <= 0:
             raise ValueError("max_backchannel_ms and max_words must be positive")
+        if self.interim_every_ms < 0:
+            raise ValueError("interim_every_ms must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -78,6 +88,8 @@ class InterruptionFacts:
     """The speech stopped (a pause after it, or its end of turn)."""
     text: str | None
     """Its transcript so far; None while none has been decoded."""
+    min_word_p: float = 1.0
+    """The lowest probability ASR gave a word of ``text``."""
 
 
 class Decision(enum.Enum):
@@ -116,7 +128,10 @@ def backchannel_only(text: str, options: InterruptionOptions) -> bool:
 
 def decide(facts: InterruptionFacts, options: InterruptionOptions) -> Decision:
     """The rule of the module docstring (pure; table-tested)."""
-    if facts.text is not None and not backchannel_only(facts.text, options):
+    text = facts.text
+    if text is not None and facts.min_word_p < options.min_word_p:
+        text = ""  # words ASR only guessed: a sound, not words
+    if text is not None and not backchannel_only(text, options):
         return Decision.COMMIT
     if facts.voiced_ms >= options.max_backchannel_ms:
         return Decision.COMMIT

@@ -58,6 +58,7 @@ from assistant.turns.events import (
     PartialTranscript,
     PauseReply,
     PlaybackDone,
+    RequestInterim,
     RequestPartial,
     ResumeReply,
     SetEndOfTurnSilence,
@@ -124,12 +125,15 @@ class _Paused:
     voiced_ms: int
     speech_ended: bool = False
     text: str | None = None
+    min_word_p: float = 1.0
     finalized: bool = False
     """The VAD ended the speech and its final transcript is pending."""
     speech_end_ms: int = 0
+    interim_at_ms: int = 0
+    """Voiced time at which to ask for the next interim transcript."""
 
     def facts(self) -> InterruptionFacts:
-        return InterruptionFacts(self.voiced_ms, self.speech_ended, self.text)
+        return InterruptionFacts(self.voiced_ms, self.speech_ended, self.text, self.min_word_p)
 
 
 class TurnManager:
@@ -256,10 +260,13 @@ class TurnManager:
             self._set_state(State.LISTENING, ev.t_ms, out)
 
     def _on_voice_frame(self, ev: VoiceFrame, out: list[TurnAction]) -> None:
-        if self._paused_reply is not None:
+        paused = self._paused_reply
+        if paused is not None:
             if ev.voiced:
-                self._paused_reply.voiced_ms += max(0, ev.duration_ms)
+                paused.voiced_ms += max(0, ev.duration_ms)
                 self._decide_pause(ev.t_ms + ev.duration_ms, out)
+                if self._paused_reply is paused:  # still undecided
+                    self._request_interim(paused, out)
             return
         if self._candidate is None or not ev.voiced:
             return
@@ -309,15 +316,18 @@ class TurnManager:
             self._set_state(State.THINKING, ev.t_ms, out)
 
     def _on_interim(self, ev: InterimTranscript, out: list[TurnAction]) -> None:
+        if ev.min_word_p < self.options.interruption.min_word_p:
+            return  # a guess (see InterruptionOptions.min_word_p)
         if self._candidate is not None:
             self._candidate.text = ev.text  # known when it counts, if it ever does
-        if self._paused_reply is not None and not self._paused_reply.finalized:
-            self._paused_reply.text = ev.text
+        paused = self._paused_reply
+        if paused is not None and not paused.finalized:
+            paused.text, paused.min_word_p = ev.text, ev.min_word_p
             self._decide_pause(ev.t_ms, out)
 
     def _on_partial(self, ev: PartialTranscript, out: list[TurnAction]) -> None:
         if self._paused_reply is not None:
-            self._on_interim(InterimTranscript(ev.t_ms, ev.text), out)
+            self._on_interim(InterimTranscript(ev.t_ms, ev.text, ev.min_word_p), out)
             return
         if self._state is not State.USER_SPEAKING or not self._paused:
             return
@@ -352,7 +362,7 @@ class TurnManager:
     def _on_final(self, ev: FinalTranscript, out: list[TurnAction]) -> None:
         paused = self._paused_reply
         if paused is not None and paused.finalized:
-            paused.text = ev.text
+            paused.text, paused.min_word_p = ev.text, ev.min_word_p
             if decide(paused.facts(), self.options.interruption) is Decision.RESUME:
                 self._resume(ev.t_ms, out)
                 return
@@ -429,9 +439,12 @@ class TurnManager:
             return
         turn_id = self._active_turn
         if self._state is State.SPEAKING and self.options.interruption.mode == "tentative":
-            self._paused_reply = _Paused(turn_id, t_ms, cand.voiced_ms, text=cand.text)
+            paused = _Paused(turn_id, t_ms, cand.voiced_ms, text=cand.text)
+            self._paused_reply = paused
             out.append(PauseReply(turn_id=turn_id, t_ms=t_ms))
             self._decide_pause(t_ms, out)  # its words may be known already
+            if self._paused_reply is paused:
+                self._request_interim(paused, out)
             return  # the reply keeps the floor until the cut is decided
         if self._state is State.SPEAKING:
             out.append(BargeIn(turn_id=turn_id, t_ms=t_ms))
@@ -458,6 +471,15 @@ class TurnManager:
             # The speech's utterance is still open: discarded when it ends, and more
             # speech over the reply counts afresh.
             self._candidate = _Candidate(voiced_ms=0)
+
+    def _request_interim(self, paused: _Paused, out: list[TurnAction]) -> None:
+        """The speech's words so far, at the pause and every ``interim_every_ms`` of
+        voiced speech after it, until the speech ends (its final decides then)."""
+        step = self.options.interruption.interim_every_ms
+        if step <= 0 or paused.finalized or paused.voiced_ms < paused.interim_at_ms:
+            return
+        out.append(RequestInterim())
+        paused.interim_at_ms = paused.voiced_ms + step
 
     def _resume(self, t_ms: int, out: list[TurnAction]) -> None:
         paused = self._paused_reply

@@ -17,6 +17,7 @@ from assistant.turns.events import (
     PartialTranscript,
     PauseReply,
     PlaybackDone,
+    RequestInterim,
     RequestPartial,
     ResumeReply,
     ShortPause,
@@ -32,8 +33,10 @@ from assistant.turns.interruption import InterruptionOptions
 from assistant.turns.turn_manager import TurnManager, TurnOptions
 from tests.assistant.test_turn_manager import ASK_AND_SPEAK, S, Step, T, U, run_table, sc
 
+# The decisions, with interim transcripts left to the display partials (see
+# test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_on).
 TENTATIVE = TurnOptions(barge_in_min_ms=200, speculate=True,
-                        interruption=InterruptionOptions(mode="tentative"))
+                        interruption=InterruptionOptions(mode="tentative", interim_every_ms=0))
 # Speech over reply 1 that counts: the reply pauses (no cut yet), the assistant keeps the floor.
 PAUSED: list[Step] = [
     *ASK_AND_SPEAK,
@@ -53,6 +56,56 @@ def test_a_backchannel_resumes_the_reply_and_is_discarded() -> None:
         (PlaybackDone(5000, 1), [sc(5000, S, State.LISTENING)], State.LISTENING),
     ], TENTATIVE)
     assert tm.paused_turn_id is None
+
+
+def test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_on() -> None:
+    options = TurnOptions(barge_in_min_ms=200, speculate=True,
+                          interruption=InterruptionOptions(mode="tentative",
+                                                           interim_every_ms=200))
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (VoiceFrame(2000, True, 40), [], S),
+        (VoiceFrame(2040, True, 40), [PauseReply(1, 2080), RequestInterim()], S),
+        (VoiceFrame(2080, True, 100), [], S),  # 300 ms voiced: the next one at 400 ms
+        (VoiceFrame(2180, True, 100), [RequestInterim()], S),
+        (VoiceFrame(2280, True, 20), [], S),
+        (ShortPause(2500), [RequestPartial()], S),
+        (EndOfTurn(2700, speech_end_ms=2300), [FinalizeUtterance()], S),
+        (VoiceFrame(2700, True, 500), [], S),  # finalized: the final transcript decides
+        (FinalTranscript(2800, "Hmm."), [ResumeReply(1, 2800, "Hmm.")], S),
+    ], options)
+    # Words known when the speech counts commit at once: no interim is asked for.
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (InterimTranscript(2030, "Stop"), [], S),
+        (VoiceFrame(2040, True, 80), [PauseReply(1, 2120), BargeIn(1, 2120, paused=True),
+                                      sc(2120, S, U)], U),
+    ], options)
+
+
+def test_an_interim_guess_decides_nothing_and_the_final_transcript_decides() -> None:
+    # From a fraction of a second of "Right." Whisper guessed "Run!" (word probability
+    # 0.1): no cut; the words heard with confidence resume the reply.
+    run_table([
+        *PAUSED,
+        (InterimTranscript(2100, "Run!", min_word_p=0.1), [], S),
+        (InterimTranscript(2250, "Right.", min_word_p=0.7), [], S),
+        (ShortPause(2400), [RequestPartial(), ResumeReply(1, 2400, "Right.")], S),
+    ], TENTATIVE)
+    run_table([
+        *PAUSED,
+        (InterimTranscript(2100, "Run!", min_word_p=0.1), [], S),
+        (EndOfTurn(2700, speech_end_ms=2150), [FinalizeUtterance()], S),
+        (FinalTranscript(2800, "Right."), [ResumeReply(1, 2800, "Right.")], S),
+    ], TENTATIVE)
+    # The same words heard with confidence cut the reply at once.
+    run_table([
+        *PAUSED,
+        (InterimTranscript(2100, "Run!", min_word_p=0.6),
+         [BargeIn(1, 2080, paused=True), sc(2100, S, U)], U),
+    ], TENTATIVE)
 
 
 def test_a_cough_with_no_words_resumes_after_its_final_transcript() -> None:
@@ -159,7 +212,10 @@ _events = st.one_of(
     st.builds(SpeechResumed, st.integers(0, 10_000)),
     st.builds(EndOfTurn, st.integers(0, 10_000), st.integers(0, 10_000)),
     st.builds(PartialTranscript, st.integers(0, 10_000), st.sampled_from(["", "yeah", "stop"])),
-    st.builds(InterimTranscript, st.integers(0, 10_000), st.sampled_from(["", "mm-hmm", "wait"])),
+    st.builds(InterimTranscript, st.integers(0, 10_000), st.sampled_from(["", "mm-hmm", "wait"]),
+              st.sampled_from([0.1, 0.9])),
+    st.builds(FinalTranscript, st.integers(0, 10_000), st.sampled_from(["run"]),
+              st.sampled_from([0.1, 0.9])),
     st.builds(FinalTranscript, st.integers(0, 10_000), st.sampled_from(["", "okay", "no"])),
     st.builds(AudioStarted, st.integers(0, 10_000), st.integers(1, 4)),
     st.builds(PlaybackDone, st.integers(0, 10_000), st.integers(1, 4)),
@@ -175,10 +231,11 @@ def test_a_pause_always_ends_in_exactly_one_resume_or_cut(events: list[TurnInput
         tm.handle(ev)
     paused: int | None = None
     for ev in events:
-        before = tm.state
+        before, active = tm.state, tm.active_turn_id
         for a in tm.handle(ev):
             if isinstance(a, PauseReply):
-                assert paused is None and before is S and a.turn_id == tm.active_turn_id
+                # (a pause may be committed by the same input: words known before it)
+                assert paused is None and before is S and a.turn_id == active
                 paused = a.turn_id
             elif isinstance(a, ResumeReply):
                 assert a.turn_id == paused and tm.state is S

@@ -111,9 +111,11 @@ class ScriptedDecoder:
         for i in range(0, audio.shape[0], SEG):
             seg = audio[i : i + SEG]
             word = WORDS[int(round(float(seg[0]) * 100)) - 1]
+            p = 0.9
             if seg.shape[0] < SEG:
                 word = word[: max(1, len(word) * seg.shape[0] // SEG)] + f"~{len(self.calls)}"
-            out.append(TranscribedWord(word, i * 1000 // RATE, (i + seg.shape[0]) * 1000 // RATE, 0.9))
+                p = 0.1
+            out.append(TranscribedWord(word, i * 1000 // RATE, (i + seg.shape[0]) * 1000 // RATE, p))
         return out
 
 
@@ -137,6 +139,8 @@ def test_scripted_stream_partials_are_stable_and_final_is_complete() -> None:
     for p in partials:
         assert p.text.startswith(p.stable_text)
         assert "~" not in p.stable_text  # a cut-off guess is never committed
+        # ... and says it is one: the lowest word probability is the guess's.
+        assert p.min_word_p == (0.1 if "~" in p.text else 0.9)
     # Decodes ran every ~300 ms of new audio, plus the final one.
     total_ms = len(WORDS) * 200
     assert abs(len(decoder.calls) - (total_ms // 300 + 1)) <= 1
