@@ -11,8 +11,9 @@ Rules
 - Speech while the assistant holds the floor (thinking or speaking) is a *candidate*
   interruption. It interrupts only once it has been voiced for ``barge_in_min_ms``
   (counting what the VAD heard before confirming the onset, and resetting at a short
-  pause), so a cough or click does not. A candidate that ends first is discarded, and its
-  audio never becomes a user turn.
+  pause), so a cough or click does not -- or once an interim transcript of it holds real
+  words (not backchannels), however short it is. A candidate that ends first is
+  discarded, and its audio never becomes a user turn.
 - A confirmed candidate while speaking is a :class:`BargeIn`; while thinking (nothing
   played yet) it cancels the reply and reopens the user's turn, whose words are joined
   with what the user says next. Either way the state becomes user_speaking.
@@ -75,7 +76,13 @@ from assistant.turns.events import (
     TurnInput,
     VoiceFrame,
 )
-from assistant.turns.interruption import Decision, InterruptionFacts, InterruptionOptions, decide
+from assistant.turns.interruption import (
+    Decision,
+    InterruptionFacts,
+    InterruptionOptions,
+    backchannel_only,
+    decide,
+)
 
 __all__ = ["TurnOptions", "TurnManager", "join_text"]
 
@@ -318,8 +325,14 @@ class TurnManager:
     def _on_interim(self, ev: InterimTranscript, out: list[TurnAction]) -> None:
         if ev.min_word_p < self.options.interruption.min_word_p:
             return  # a guess (see InterruptionOptions.min_word_p)
-        if self._candidate is not None:
-            self._candidate.text = ev.text  # known when it counts, if it ever does
+        cand = self._candidate
+        if cand is not None:
+            cand.text = ev.text  # known when it counts, if it ever does
+            if not backchannel_only(ev.text, self.options.interruption):
+                # Real words interrupt however short the speech ("Stop, please": two
+                # bursts, each under barge_in_min_ms, the pause between them resetting it).
+                cand.voiced_ms = max(cand.voiced_ms, self.options.barge_in_min_ms)
+                self._check_candidate(ev.t_ms, out)
         paused = self._paused_reply
         if paused is not None and not paused.finalized:
             paused.text, paused.min_word_p = ev.text, ev.min_word_p

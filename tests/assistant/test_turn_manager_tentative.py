@@ -79,9 +79,8 @@ def test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_o
     run_table([
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
-        (InterimTranscript(2030, "Stop"), [], S),
-        (VoiceFrame(2040, True, 80), [PauseReply(1, 2120), BargeIn(1, 2120, paused=True),
-                                      sc(2120, S, U)], U),
+        (InterimTranscript(2030, "Stop"), [PauseReply(1, 2030), BargeIn(1, 2030, paused=True),
+                                           sc(2030, S, U)], U),
     ], options)
 
 
@@ -186,13 +185,28 @@ def test_an_interrupt_during_the_pause_commits_with_its_reason() -> None:
     ], TENTATIVE)
 
 
-def test_words_known_before_the_speech_counted_commit_as_it_pauses() -> None:
+def test_real_words_over_the_reply_interrupt_however_short_the_speech() -> None:
+    # "Stop, please.": two bursts under barge_in_min_ms each; the words decide.
     run_table([
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
-        (InterimTranscript(2050, "Stop,"), [], S),
-        (VoiceFrame(2040, True, 80),
-         [PauseReply(1, 2120), BargeIn(1, 2120, paused=True), sc(2120, S, U)], U),
+        (ShortPause(2200), [], S),
+        (SpeechResumed(2350), [], S),
+        (InterimTranscript(2400, "Stop,", min_word_p=0.6),
+         [PauseReply(1, 2400), BargeIn(1, 2400, paused=True), sc(2400, S, U)], U),
+    ], TENTATIVE)
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (InterimTranscript(2050, "Stop,"), [BargeIn(1, 2050), sc(2050, S, U)], U),
+    ], TurnOptions(barge_in_min_ms=200, interruption=InterruptionOptions(mode="immediate")))
+    # A backchannel, or words only guessed at, still need the speech to count.
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (InterimTranscript(2050, "Yeah."), [], S),
+        (InterimTranscript(2080, "Run!", min_word_p=0.1), [], S),
+        (EndOfTurn(2400, speech_end_ms=2150), [DiscardUtterance()], S),
     ], TENTATIVE)
 
 
