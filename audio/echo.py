@@ -13,7 +13,8 @@ on the microphone's timeline by :class:`EchoReference`. Then, by ``mode``:
   ``rtc.AudioProcessingModule`` (pip ``livekit``; the native library ships in the
   wheel and runs offline). It is fed the reference 10 ms at a time
   (``process_reverse_stream``) before each mic frame (``process_stream``), as the
-  WebRTC APM expects.
+  WebRTC APM expects, ``aec_lead_ms`` ahead of the mic frame's time (AEC3 cancels only
+  an echo that comes after its reference, so live devices get a margin).
 
 Everything here is synchronous and deterministic given its inputs.
 """
@@ -71,6 +72,15 @@ class EchoOptions:
     """A far end quieter than this counts as not playing."""
     keep_ms: int = 3000
     """Reference history kept."""
+    reference_jitter_ms: int = 0
+    """How late a live sink's chunk stamps may come (see :class:`EchoReference`); 0
+    places every chunk exactly as stamped (a virtual clock)."""
+    aec_lead_ms: int = 0
+    """``aec``: the canceller gets the reference this much ahead of the time it was
+    heard. AEC3 only cancels echo that comes after its reference (it finds a positive
+    delay itself), so a lead keeps the delay positive when the heard time is late. The
+    mic is held back while the reference that far ahead is not known yet (a virtual
+    clock); a live sink hands audio over well before it is heard, so nothing waits."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("off", "gate", "aec"):
@@ -79,6 +89,8 @@ class EchoOptions:
             raise AudioValueError("echo frame_ms must be 10, 20 or 30 and sample_rate positive")
         if self.keep_ms < self.reference_window_ms + 100:
             raise AudioValueError("echo keep_ms must exceed reference_window_ms by at least 100 ms")
+        if not 0 <= self.aec_lead_ms <= 200 or self.reference_jitter_ms < 0:
+            raise AudioValueError("echo aec_lead_ms must be 0..200 and reference_jitter_ms >= 0")
 
     @property
     def frame_samples(self) -> int:
@@ -92,11 +104,27 @@ class EchoReference:
     the chunk's rate) and resamples them continuously to ``sample_rate``. soxr's "QQ"
     (cubic) recipe is used because it has no look-ahead: a reference that lagged the
     mic by the resampler's delay would be useless to the canceller. Gaps become zeros.
+
+    A live sink stamps each chunk with the clock read in its audio callback, which
+    comes late when the callback waits for the GIL (and wobbles with the audio server's
+    latency reports). Placed as stamped, playback that is continuous on the device
+    becomes a reference full of small gaps and overlaps, and every such jump, even of one
+    millisecond, lets residual echo through while AEC3 re-adapts. So with
+    ``jitter_ms`` > 0 the chunks are taken for what a device callback hands over, whole
+    buffers of a fixed size (the largest chunk seen; a partly filled buffer is shorter
+    and the rest of it played silence): a chunk stamped up to ``jitter_ms`` late goes
+    right after the previous chunk, or after the previous chunk's buffer, and after
+    silent buffers only as many as its stamp shows beyond ``jitter_ms``. A placement may
+    so come out early (the canceller copes: the echo comes later) but not late: a stamp
+    more than ``jitter_ms / 4`` earlier than the placement moves it there. A stamp more
+    than half a second on, or further than ``jitter_ms`` after a full buffer, is a new
+    start. ``jitter_ms=0`` places every chunk exactly as stamped (a virtual clock).
     """
 
-    def __init__(self, sample_rate: int = 16000, keep_ms: int = 3000) -> None:
+    def __init__(self, sample_rate: int = 16000, keep_ms: int = 3000, jitter_ms: int = 0) -> None:
         self.sample_rate = int(sample_rate)
         self._keep = self.sample_rate * int(keep_ms) // 1000
+        self._jitter_ms = int(jitter_ms)
         self._lock = threading.Lock()
         self._buf = np.zeros(0, np.float32)
         self._buf_start = 0  # mic-timeline sample of _buf[0]
@@ -104,6 +132,10 @@ class EchoReference:
         self._rs_rate = 0
         self._rs_next_in = 0  # next expected chunk start (at the chunk rate)
         self._rs_out = 0  # mic-timeline sample of the resampler's next output
+        self._prev_start: int | None = None  # where the previous chunk went (chunk rate)
+        self._block = 0  # the largest chunk since the resampler (re)started: a device buffer
+        self.snapped = 0
+        """Chunks placed by the sample count rather than as stamped."""
 
     def push(self, chunk: AudioChunk) -> None:
         pcm = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
@@ -111,19 +143,43 @@ class EchoReference:
             return
         with self._lock:
             rate = chunk.sample_rate
-            gap = chunk.start_sample - self._rs_next_in
-            if self._rs is None or rate != self._rs_rate or gap < 0 or gap > rate // 2:
+            size = pcm.size
+            start = self._place(chunk.start_sample, rate)
+            gap = start - self._rs_next_in
+            if self._prev_start is None or rate != self._rs_rate or gap < 0 or gap > rate // 2:
                 self._rs = None if rate == self.sample_rate else StreamResampler(
                     rate, self.sample_rate, 1, "float32", quality="QQ"
                 )
                 self._rs_rate = rate
-                self._rs_out = chunk.start_sample * self.sample_rate // rate
+                self._rs_out = start * self.sample_rate // rate
+                self._block = 0
             elif gap > 0:
                 pcm = np.concatenate([np.zeros(gap, np.float32), pcm])
-            self._rs_next_in = chunk.end_sample
+            self._rs_next_in = start + size
+            self._prev_start, self._block = start, max(self._block, size)
             out = pcm if self._rs is None else np.asarray(self._rs.process(pcm), np.float32)
             self._store(self._rs_out, out)
             self._rs_out += out.size
+
+    def _place(self, stamp: int, rate: int) -> int:
+        """Where a chunk stamped ``stamp`` goes, at its rate (see the class docstring)."""
+        late = rate * self._jitter_ms // 1000
+        if late == 0 or self._prev_start is None or rate != self._rs_rate:
+            return stamp
+        partial = self._rs_next_in - self._prev_start < self._block
+        # A partly filled buffer played silence to its end; so may whole buffers after it.
+        base = self._prev_start + self._block if partial else self._rs_next_in
+        error = stamp - base
+        if error < -(late // 4) or error > rate // 2:
+            return stamp  # placed too late so far (move it earlier), or a new start
+        if error <= late:
+            at = base
+        elif partial:  # silent buffers in between: as few as the stamp allows
+            at = base + -(-(error - late) // self._block) * self._block
+        else:
+            return stamp  # playback stopped and resumed on a full buffer
+        self.snapped += at != stamp
+        return at
 
     def _store(self, start: int, pcm: npt.NDArray[np.float32]) -> None:
         end = start + pcm.size
@@ -142,6 +198,12 @@ class EchoReference:
             drop = self._buf.size - self._keep
             self._buf = self._buf[drop:]
             self._buf_start += drop
+
+    @property
+    def end_sample(self) -> int:
+        """Mic-timeline end of the stored reference (0 before anything was pushed)."""
+        with self._lock:
+            return self._buf_start + self._buf.size
 
     def get(self, start: int, n: int) -> npt.NDArray[np.float32]:
         """Reference samples ``[start, start + n)``; zeros where nothing was heard."""
@@ -255,7 +317,7 @@ class EchoProcessor:
     ) -> None:
         self.options = options
         self.reference = reference if reference is not None else EchoReference(
-            options.sample_rate, options.keep_ms
+            options.sample_rate, options.keep_ms, options.reference_jitter_ms
         )
         self.gate = EchoGate(options, self.reference)
         self._canceller = canceller
@@ -288,11 +350,21 @@ class EchoProcessor:
         else:
             self._pending = np.concatenate([self._pending, pcm])
         n = self.options.sample_rate // 100
-        usable = self._pending.size - self._pending.size % n
+        lead = self.options.sample_rate * self.options.aec_lead_ms // 1000
+        mic_end = self._pending_start + self._pending.size
+        known = self.reference.end_sample
+        usable = 0
+        while usable + n <= self._pending.size:
+            t = self._pending_start + usable
+            # The reference for this frame is final once it is stored that far, once the
+            # mic itself is that far (a sink reports audio by the time it is heard), or
+            # when the far end went quiet before the frame.
+            if lead and not (known >= t + lead + n or mic_end >= t + lead + n or known <= t):
+                break
+            usable += n
         out = np.zeros(usable, np.float32)
         for lo in range(0, usable, n):
-            t = self._pending_start + lo
-            ref = _to_i16(self.reference.get(t, n))
+            ref = _to_i16(self.reference.get(self._pending_start + lo + lead, n))
             clean = self._canceller.process(_to_i16(self._pending[lo : lo + n]), ref)
             out[lo : lo + n] = clean.astype(np.float32) / np.float32(32768.0)
         start = self._pending_start

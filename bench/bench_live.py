@@ -13,7 +13,14 @@ the pipeline measures them (replay and live), voice-to-voice and barge-in onset 
 silence as the bus shows them, and what the audio stack adds: the microphone's delivery
 lag (ADC time -> frame in the loop) and the speaker's reported output latency.
 
-    .venv/bin/python bench/bench_live.py [--questions N] [--keep DIR]
+``--leak`` lets the speaker leak into the microphone (0 dB, 30 ms; replay gets the same
+echo) with ``--echo-mode`` (default: config.yaml's), and adds the echo path's delay: on
+the bus (speaker -> mic) and as the canceller sees it (how long after its reference,
+placed by the sink's reported times plus ``echo.aec_lead_ms``, the echo reaches the
+mic; AEC3 only cancels a positive delay). The bus figures then read the user's speech
+off the mic column less the speaker's (the virtual loopback is sample-exact).
+
+    .venv/bin/python bench/bench_live.py [--questions N] [--keep DIR] [--leak [--echo-mode aec]]
 
 Needs Debian's pulseaudio, pulseaudio-utils and libasound2-plugins (``make sysdeps``).
 """
@@ -41,8 +48,11 @@ from assistant.loop.setup import LoopModels, build_pipeline, load_models, open_l
 from assistant.replay.run import ReplayOptions, replay_sync, threaded_frames
 from assistant.replay.scenario import Say, render_scenario
 from audio.chunk import AudioChunk
+from audio.echo import EchoReference
 from audio.virtual_server import BUS_RATE, VirtualAudioServer, missing_packages
 from audio.wav import write_wav
+
+LEAK_LATENCY_MS = 30
 
 WINDOW = BUS_RATE // 100  # 10 ms
 
@@ -66,6 +76,46 @@ class LiveRun:
     """Per mic frame: loop clock when the frame reached the loop - its ADC end time."""
     output_latency_ms: float = 0.0
     """PortAudio's reported output latency of the speaker stream."""
+    echo_seen_ms: list[float] = field(default_factory=list)
+    """Per 2 s of playback: how long after its reference the echo reached the mic, as
+    the canceller sees it (lead included); empty without echo handling or echo."""
+
+
+def lag_ms(a: np.ndarray, b: np.ndarray, rate: int, max_ms: int = 300) -> tuple[float, float]:
+    """(how long ``b`` trails ``a`` in ms, normalised correlation) by FFT cross-correlation,
+    searched over +-``max_ms``."""
+    n = a.size + b.size
+    size = 1 << (n - 1).bit_length()
+    corr = np.fft.irfft(np.conj(np.fft.rfft(a, size)) * np.fft.rfft(b, size), size)
+    m = rate * max_ms // 1000
+    lags = np.concatenate([np.arange(0, m + 1), np.arange(-m, 0)])
+    values = np.concatenate([corr[: m + 1], corr[-m:]])
+    k = int(np.argmax(values))
+    norm = float(np.linalg.norm(a) * np.linalg.norm(b)) or 1.0
+    return 1000.0 * int(lags[k]) / rate, float(values[k]) / norm
+
+
+def echo_alignment(taps: list[AudioChunk], mic: list[AudioChunk], rate: int, jitter_ms: int,
+                   lead_ms: int, window_s: float = 2.0) -> list[float]:
+    """The echo's delay behind its reference per window of playback (ms, lead included),
+    the reference placed as the echo processor places it."""
+    if not taps or not mic:
+        return []
+    reference = EchoReference(rate, keep_ms=10**8, jitter_ms=jitter_ms)
+    for chunk in taps:
+        reference.push(chunk)
+    start = mic[0].start_sample
+    heard = np.concatenate([np.asarray(c.to_float32().pcm, np.float32) for c in mic])
+    far = reference.get(start, heard.size)
+    w = int(window_s * rate)
+    out = []
+    for lo in range(0, heard.size - w + 1, w):
+        if float(np.sqrt(np.mean(np.square(far[lo:lo + w])))) < 1e-3:
+            continue  # nothing playing
+        lag, corr = lag_ms(far[lo:lo + w], heard[lo:lo + w], rate)
+        if corr > 0.3:
+            out.append(lag + lead_ms)
+    return out
 
 
 def _spans(channel: np.ndarray, merge_ms: int, threshold: float = 3e-3) -> list[tuple[float, float]]:
@@ -105,12 +155,23 @@ async def live_run(models: LoopModels, cfg: AppConfig, wav: Path,
                               pipeline_options=PipelineOptions(output_gain_db=-20.0))  # as talk
     lags: list[float] = []
     rate = cfg.audio.sample_rate
+    taps: list[AudioChunk] = []
+    heard: list[AudioChunk] = []
+    if live.echo is not None:  # what the echo processor gets, kept for echo_alignment
+        echo_tap = live.echo.push_reference
+
+        def tap(chunk: AudioChunk) -> None:
+            taps.append(chunk)
+            echo_tap(chunk)
+
+        live.sink.tap = tap
 
     def timed(frames: Iterator[AudioChunk]) -> Iterator[AudioChunk]:
         for frame in frames:
             now = live.clock.now_samples()
             lags.append(1000 * (now - frame.end_sample * live.clock.sample_rate // rate)
                         / live.clock.sample_rate)
+            heard.append(frame)
             yield frame
 
     recorder = server.record()
@@ -135,7 +196,9 @@ async def live_run(models: LoopModels, cfg: AppConfig, wav: Path,
         latency = live.sink.latency_s
         live.sink.close()
         bus = recorder.stop()
-    return LiveRun(result.metrics, bus, lags, 1000 * latency)
+    lead = cfg.echo.aec_lead_ms if cfg.echo.mode == "aec" else 0
+    seen = echo_alignment(taps, heard, rate, cfg.echo.reference_jitter_ms, lead)
+    return LiveRun(result.metrics, bus, lags, 1000 * latency, seen)
 
 
 def ms(values: list[float] | tuple[int, ...], q: float) -> str:
@@ -150,6 +213,10 @@ def main() -> int:
     parser.add_argument("--keep", type=Path, default=None, help="keep the input WAV here")
     parser.add_argument("--barge-in-ms", type=int, default=6000,
                         help="from the end of a story request to the 'Stop, please.'")
+    parser.add_argument("--leak", action="store_true",
+                        help=f"the speaker leaks into the mic (0 dB, {LEAK_LATENCY_MS} ms)")
+    parser.add_argument("--echo-mode", choices=("off", "gate", "aec"), default=None,
+                        help="echo.mode for both runs (default: config.yaml's)")
     args = parser.parse_args()
     missing = missing_packages()
     if missing:
@@ -158,7 +225,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, VirtualAudioServer(Path(tmp) / "pulse") as server:
         # PortAudio reads this when it starts (sounddevice is imported on first use).
         os.environ["PULSE_SERVER"] = server.env["PULSE_SERVER"]
-        cfg = load_config(default_config_path(), env={})
+        overrides = {"echo.mode": args.echo_mode} if args.echo_mode else None
+        cfg = load_config(default_config_path(), env={}, overrides=overrides)
         print("loading models ...", file=sys.stderr)
         models = load_models(cfg)
         try:
@@ -166,12 +234,25 @@ def main() -> int:
             wav.parent.mkdir(parents=True, exist_ok=True)
             build_input(models, args.questions, args.barge_in_ms, wav)
             print("replaying in real time ...", file=sys.stderr)
-            replayed = replay_sync(models, cfg, wav, ReplayOptions(realtime=True)).result.metrics
+            replayed = replay_sync(models, cfg, wav, ReplayOptions(
+                realtime=True, echo_loopback_db=0.0 if args.leak else None,
+                echo_delay_ms=LEAK_LATENCY_MS)).result.metrics
             print("live through the audio server ...", file=sys.stderr)
-            run = asyncio.run(live_run(models, cfg, wav, server))
+            if args.leak:
+                with server.leak_speaker(gain=1.0, latency_ms=LEAK_LATENCY_MS):
+                    run = asyncio.run(live_run(models, cfg, wav, server))
+            else:
+                run = asyncio.run(live_run(models, cfg, wav, server))
         finally:
             models.close()
-    bus_v2v, bus_cut = bus_figures(run.bus)
+    bus = run.bus
+    if args.leak:  # the mic column carries the echo too: take the speaker back out of it
+        path_ms, _ = lag_ms(bus[::3, 1], bus[::3, 0], BUS_RATE // 3)
+        k = int(round(path_ms * BUS_RATE / 1000))
+        mic = bus[:, 0].copy()
+        mic[k:] -= bus[: bus.shape[0] - k, 1]
+        bus = np.stack([mic, bus[:, 1]], axis=1)
+    bus_v2v, bus_cut = bus_figures(bus)
     live = run.metrics
     rows = [
         ["voice-to-voice, replay --realtime (pipeline)", ms(replayed.voice_to_voice_ms, 50),
@@ -191,6 +272,12 @@ def main() -> int:
          len(run.mic_lag_ms)],
         ["speaker: reported output latency", f"{run.output_latency_ms:.0f}", "-", 1],
     ]
+    if args.leak:
+        rows += [
+            ["echo path on the bus (speaker -> mic)", f"{path_ms:.0f}", "-", 1],
+            [f"echo after its reference, as the canceller sees it ({cfg.echo.mode})",
+             ms(run.echo_seen_ms, 50), ms(run.echo_seen_ms, 95), len(run.echo_seen_ms)],
+        ]
     print(format_table(["measure (ms)", "p50", "p95", "n"], rows))
     p_replay = percentile(replayed.voice_to_voice_ms, 50)
     p_bus = percentile(tuple(bus_v2v), 50)

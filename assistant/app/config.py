@@ -107,6 +107,12 @@ class TtsConfig(_Section):
 class EchoConfig(_Section):
     mode: Literal["off", "gate", "aec"] = "gate"
     gate_margin_db: float = 10.0
+    aec_lead_ms: int = Field(20, ge=0, le=200)
+    """Live audio, ``aec``: the canceller gets the speaker's audio this much before it is
+    reported heard (the echo must come after its reference)."""
+    reference_jitter_ms: int = Field(40, ge=0)
+    """Live audio: how late the speaker's reported times may come and still be taken
+    for continuous playback."""
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -165,19 +165,32 @@ class LiveAudio:
 
 
 def open_live_audio(cfg: AppConfig, models: LoopModels) -> LiveAudio:
-    """Open the configured devices for the live loop (``talk``, ``serve --local-audio``)."""
+    """Open the configured devices for the live loop (``talk``, ``serve --local-audio``).
+
+    The echo processor gets the settings that only live devices need (``echo:``'s
+    ``aec_lead_ms`` and ``reference_jitter_ms``; a virtual clock's times are exact). When
+    the microphone cannot be opened, the speaker opened before it is closed again."""
+    from dataclasses import replace
+
     from audio.clock import DeviceClock
     from audio.echo import EchoProcessor
     from audio.sinks import SpeakerSink
     from audio.sources import MicSource
 
     clock = DeviceClock(cfg.audio.sample_rate)
-    echo = EchoProcessor(echo_options(cfg)) if cfg.echo.mode != "off" else None
+    echo = None
+    if cfg.echo.mode != "off":
+        echo = EchoProcessor(replace(echo_options(cfg), aec_lead_ms=cfg.echo.aec_lead_ms,
+                                     reference_jitter_ms=cfg.echo.reference_jitter_ms))
     sink = SpeakerSink(clock, models.synthesizer.sample_rate, cfg.audio.output_device,
                        cfg.audio.output_buffer_ms,
                        tap=echo.push_reference if echo is not None else None)
-    mic = MicSource(clock, cfg.audio.sample_rate, cfg.audio.frame_ms, cfg.audio.input_device,
-                    cfg.audio.mic_queue_frames)
+    try:
+        mic = MicSource(clock, cfg.audio.sample_rate, cfg.audio.frame_ms,
+                        cfg.audio.input_device, cfg.audio.mic_queue_frames)
+    except BaseException:
+        sink.close()
+        raise
     return LiveAudio(clock, echo, sink, mic)
 
 

@@ -115,3 +115,15 @@ def audible_between(channel: npt.NDArray[np.float32], start_s: float, end_s: flo
     on = active(channel)
     lo, hi = int(start_s * 1000 / WINDOW_MS), int(end_s * 1000 / WINDOW_MS)
     return float(on[max(0, lo): max(0, hi)].sum()) * WINDOW_MS / 1000
+
+
+def find_clip(channel: npt.NDArray[np.float32], clip: npt.NDArray[np.float32],
+              start_s: float, search_s: float) -> float:
+    """Where (seconds) ``clip`` (at the bus rate) begins in ``channel``, searched from
+    ``start_s`` for ``search_s``: the peak of their cross-correlation (by FFT), which
+    finds a recording under other sound on the same channel."""
+    lo = max(0, int(start_s * BUS_RATE))
+    seg = channel[lo: lo + int(search_s * BUS_RATE) + clip.size].astype(np.float64)
+    size = 1 << (seg.size + clip.size - 1).bit_length()
+    corr = np.fft.irfft(np.fft.rfft(seg, size) * np.conj(np.fft.rfft(clip.astype(np.float64), size)), size)
+    return (lo + int(np.argmax(corr[: max(1, seg.size - clip.size + 1)]))) / BUS_RATE
