@@ -14,6 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from assistant.loop.workers import Post, Worker
+from audio.streaming_asr import mean_word_p
 
 if TYPE_CHECKING:
     from audio.asr import Transcriber
@@ -29,8 +30,8 @@ class AsrPartial:
     utt_id: int
     text: str
     stable_text: str
-    min_word_p: float = 1.0
-    """The lowest word probability of ``text`` (see ``TranscriptPartial.min_word_p``)."""
+    word_p: float = 1.0
+    """The mean word probability of ``text`` (see ``TranscriptPartial.word_p``)."""
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class AsrPreview:
     utt_id: int
     text: str
     end_sample: int
-    min_word_p: float = 1.0
+    word_p: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,8 @@ class AsrFinal:
     text: str
     audio_ms: int
     """Utterance audio decoded."""
-    min_word_p: float = 1.0
-    """The lowest word probability (1.0 when decoded without word probabilities)."""
+    word_p: float = 1.0
+    """The mean word probability (1.0 when decoded without word probabilities)."""
 
 
 @dataclass
@@ -61,7 +62,7 @@ class _Utterance:
     unfed: list[npt.NDArray[np.float32]] = field(default_factory=list)
     partials: bool = True
     preview: tuple[int, int, str, float] | None = None
-    """(end sample, samples decoded, text, lowest word probability) of the latest
+    """(end sample, samples decoded, text, mean word probability) of the latest
     preview decode."""
 
     def samples(self, end_sample: int | None = None) -> npt.NDArray[np.float32]:
@@ -99,7 +100,7 @@ class AsrWorker(Worker):
             pcm = np.concatenate(utt.unfed)
             utt.unfed.clear()
             for p in utt.streaming.feed(pcm):
-                self.post(AsrPartial(utt_id, p.text, p.stable_text, p.min_word_p))
+                self.post(AsrPartial(utt_id, p.text, p.stable_text, p.word_p))
             return
 
     def open(self, utt_id: int, pcm: npt.NDArray[np.float32], start_sample: int) -> None:
@@ -131,17 +132,17 @@ class AsrWorker(Worker):
                 utt.partials = not hold
         self.submit(command, priority="control")
 
-    def preview(self, utt_id: int, end_sample: int, *, word_p: bool = False) -> None:
-        """Decode up to ``end_sample``; ``word_p``: with word probabilities (speech over
+    def preview(self, utt_id: int, end_sample: int, *, with_p: bool = False) -> None:
+        """Decode up to ``end_sample``; ``with_p``: with word probabilities (speech over
         a paused reply: a guess must not cut it)."""
         # Normal priority on purpose: the audio up to end_sample is in earlier feeds.
         def command() -> None:
             utt = self._utts.get(utt_id)
             if utt is not None:
                 pcm = utt.samples(end_sample)
-                text, min_p = self._decode(pcm, word_p)
-                utt.preview = (end_sample, pcm.size, text, min_p)
-                self.post(AsrPreview(utt_id, text, end_sample, min_p))
+                text, word_p = self._decode(pcm, with_p)
+                utt.preview = (end_sample, pcm.size, text, word_p)
+                self.post(AsrPreview(utt_id, text, end_sample, word_p))
         self.submit(command)
 
     def interim(self, utt_id: int) -> None:
@@ -150,11 +151,11 @@ class AsrWorker(Worker):
             utt = self._utts.get(utt_id)
             if utt is None:
                 return
-            text, min_p = self._decode(utt.samples(), word_p=True)
-            self.post(AsrPartial(utt_id, text, text, min_p))
+            text, word_p = self._decode(utt.samples(), with_p=True)
+            self.post(AsrPartial(utt_id, text, text, word_p))
         self.submit(command)
 
-    def finalize(self, utt_id: int, end_sample: int, *, word_p: bool = False) -> None:
+    def finalize(self, utt_id: int, end_sample: int, *, with_p: bool = False) -> None:
         def command() -> None:
             utt = self._utts.pop(utt_id, None)
             if utt is None:
@@ -167,8 +168,8 @@ class AsrWorker(Worker):
                 # The same audio was decoded at the pause: the same text, no new decode.
                 self.post(AsrFinal(utt_id, utt.preview[2], audio_ms, utt.preview[3]))
                 return
-            text, min_p = self._decode(pcm, word_p)
-            self.post(AsrFinal(utt_id, text, audio_ms, min_p))
+            text, word_p = self._decode(pcm, with_p)
+            self.post(AsrFinal(utt_id, text, audio_ms, word_p))
         self.submit(command)
 
     def discard(self, utt_id: int) -> None:
@@ -178,12 +179,12 @@ class AsrWorker(Worker):
                 utt.streaming.cancel()
         self.submit(command, priority="control")
 
-    def _decode(self, pcm: npt.NDArray[np.float32], word_p: bool = False
+    def _decode(self, pcm: npt.NDArray[np.float32], with_p: bool = False
                 ) -> tuple[str, float]:
-        """The text, and the lowest word probability when ``word_p`` (else 1.0)."""
+        """The text, and its mean word probability when ``with_p`` (else 1.0)."""
         if pcm.size == 0:
             return "", 1.0
-        heard = self.transcriber.transcribe(pcm, word_timestamps=word_p)
-        return heard.text.strip(), min((w.probability for w in heard.words), default=1.0)
+        heard = self.transcriber.transcribe(pcm, word_timestamps=with_p)
+        return heard.text.strip(), mean_word_p(heard.words)
 
 

@@ -127,19 +127,19 @@ def _asr_partial(p: LoopParts, item: AsrPartial) -> None:
     p.emit(log.TranscriptPartialEntry(p.now_ms(), item.text))
     if p.utterances.is_current(item.utt_id) and p.tm.state in (State.SPEAKING, State.THINKING):
         # Speech over the reply: its words tell a real interruption from a backchannel.
-        p.turn_input(InterimTranscript(p.now_ms(), item.text, item.min_word_p))
+        p.turn_input(InterimTranscript(p.now_ms(), item.text, item.word_p))
 
 
 def _asr_preview(p: LoopParts, item: AsrPreview) -> None:
     if p.utterances.is_current(item.utt_id):
-        p.turn_input(PartialTranscript(p.now_ms(), item.text, item.min_word_p))
+        p.turn_input(PartialTranscript(p.now_ms(), item.text, item.word_p))
 
 
 def _asr_final(p: LoopParts, item: AsrFinal) -> None:
     now = p.now_ms()
     p.utterances.final_arrived(item.utt_id)
     p.emit(log.TranscriptFinalEntry(now, item.text))
-    p.turn_input(FinalTranscript(now, item.text, item.min_word_p))
+    p.turn_input(FinalTranscript(now, item.text, item.word_p))
 
 
 def _turn_start(p: LoopParts, start: TurnStart) -> None:
@@ -236,7 +236,7 @@ def _state(p: LoopParts, action: StateChanged, cause: TurnInput) -> None:
 
 def _request_partial(p: LoopParts, action: RequestPartial, cause: TurnInput) -> None:
     # Speech over a paused reply: its words decide the cut, and a guess must not.
-    p.utterances.request_preview(word_p=p.tm.paused_turn_id is not None)
+    p.utterances.request_preview(with_p=p.tm.paused_turn_id is not None)
 
 
 def _request_interim(p: LoopParts, action: RequestInterim, cause: TurnInput) -> None:
@@ -250,7 +250,7 @@ def _set_pause_limit(p: LoopParts, action: SetEndOfTurnSilence, cause: TurnInput
 def _finalize(p: LoopParts, action: FinalizeUtterance, cause: TurnInput) -> None:
     assert isinstance(cause, EndOfTurn)
     p.emit(log.SpeechStoppedEntry(cause.t_ms, cause.speech_end_ms))
-    p.utterances.finalize(p.short_pause_ms(), word_p=p.tm.paused_turn_id is not None)
+    p.utterances.finalize(p.short_pause_ms(), with_p=p.tm.paused_turn_id is not None)
 
 
 def _discard(p: LoopParts, action: DiscardUtterance, cause: TurnInput) -> None:

@@ -104,9 +104,9 @@ class UtteranceTracker:
 
     # ------------------------------------------------------------------ turn actions
 
-    def request_preview(self, *, word_p: bool = False) -> None:
+    def request_preview(self, *, with_p: bool = False) -> None:
         if self._utt is not None:
-            self.asr.preview(self._utt.utt_id, self._pause_end_sample, word_p=word_p)
+            self.asr.preview(self._utt.utt_id, self._pause_end_sample, with_p=with_p)
 
     def request_interim(self) -> None:
         """Decode the open utterance's audio so far (an interim transcript, not held
@@ -114,13 +114,13 @@ class UtteranceTracker:
         if self._utt is not None and self._utt.end_sample is None:
             self.asr.interim(self._utt.utt_id)
 
-    def finalize(self, short_pause_ms: int, *, word_p: bool = False) -> None:
+    def finalize(self, short_pause_ms: int, *, with_p: bool = False) -> None:
         """Decode the utterance to its end (plus the tail); the final comes back later."""
         if self._utt is None:
             return
         tail = min(self.tail_ms, short_pause_ms) * self.rate // 1000
         self._finals.append(self._utt.utt_id)
-        self.asr.finalize(self._utt.utt_id, (self._utt.end_sample or 0) + tail, word_p=word_p)
+        self.asr.finalize(self._utt.utt_id, (self._utt.end_sample or 0) + tail, with_p=with_p)
         self._utt = None
 
     def discard(self) -> None:

@@ -133,8 +133,8 @@ class PartialTranscript:
 
     t_ms: int
     text: str
-    min_word_p: float = 1.0
-    """The lowest probability ASR gave a word of ``text`` (1.0 when not measured)."""
+    word_p: float = 1.0
+    """The mean probability ASR gave the words of ``text`` (1.0 when not measured)."""
 
 
 @dataclass(frozen=True)
@@ -144,8 +144,8 @@ class InterimTranscript:
 
     t_ms: int
     text: str
-    min_word_p: float = 1.0
-    """The lowest probability ASR gave a word of ``text`` (1.0 when unknown)."""
+    word_p: float = 1.0
+    """The mean probability ASR gave the words of ``text`` (1.0 when unknown)."""
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,8 @@ class FinalTranscript:
 
     t_ms: int
     text: str
-    min_word_p: float = 1.0
-    """The lowest probability ASR gave a word of ``text`` (1.0 when not measured)."""
+    word_p: float = 1.0
+    """The mean probability ASR gave the words of ``text`` (1.0 when not measured)."""
 
 
 @dataclass(frozen=True)

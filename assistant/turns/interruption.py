@@ -12,8 +12,9 @@ speech lasted, whether it stopped, and what was said -- as a pure function,
 - speech still going after ``max_backchannel_ms`` -> **commit**: a listener's
   acknowledgement is short, a turn is not, whatever the words;
 - speech that stopped and is only backchannels or no words at all (a cough, a click;
-  words ASR only guessed at, under ``min_word_p``, count as none) -> **resume**: playback continues from the start of the interrupted word, with no new
-  generation and no re-synthesis, and the history never shows the pause;
+  a few words ASR only guessed at, see :func:`guessed`, count as none) -> **resume**:
+  playback continues from the start of the interrupted word, with no new generation
+  and no re-synthesis, and the history never shows the pause;
 - otherwise **wait** (the words are not known yet).
 
 Backchannel lists: what listeners say without taking the floor (Ward & Tsukahara,
@@ -36,6 +37,7 @@ __all__ = [
     "Decision",
     "decide",
     "backchannel_only",
+    "guessed",
     "BACKCHANNELS",
 ]
 
@@ -64,10 +66,11 @@ class InterruptionOptions:
     """While a reply is paused, ask ASR for the speech's words at the pause and again
     after each this much more voiced speech (0: wait for the display partials)."""
     min_word_p: float = 0.3
-    """Words count only when ASR gave each at least this probability: Whisper guesses
-    at a fraction of a second of audio ("Right" as "Run!") and at hums ("Mm-hmm" as "in
-    my mom", p 0.14), and a guess must not cut the reply. A guessed interim transcript
-    is passed over (more audio comes); a guessed final one counts as a sound."""
+    """A transcript of at most ``max_words`` words whose mean word probability is under
+    this is a guess (:func:`guessed`): Whisper guesses at a fraction of a second of
+    audio ("Right" as "Run!") and at hums (Piper's "Mm-hmm" as "in my mom", 0.14 / 0.22
+    / 0.53), and a guess must not cut the reply. A guessed interim transcript is passed
+    over (more audio comes); a guessed final one counts as a sound."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("immediate", "tentative"):
@@ -88,8 +91,8 @@ class InterruptionFacts:
     """The speech stopped (a pause after it, or its end of turn)."""
     text: str | None
     """Its transcript so far; None while none has been decoded."""
-    min_word_p: float = 1.0
-    """The lowest probability ASR gave a word of ``text``."""
+    word_p: float = 1.0
+    """The mean probability ASR gave the words of ``text``."""
 
 
 class Decision(enum.Enum):
@@ -126,11 +129,19 @@ def backchannel_only(text: str, options: InterruptionOptions) -> bool:
     return True
 
 
+def guessed(text: str, word_p: float, options: InterruptionOptions) -> bool:
+    """Whether ``text`` (mean word probability ``word_p``) is words ASR only guessed
+    at: a few words heard with little confidence. More words than a backchannel has are
+    speech, however unclear (quiet "Stop, please. That is enough." through echo
+    cancellation: "stop" 0.16-0.39)."""
+    return word_p < options.min_word_p and len(_words(text)) <= options.max_words
+
+
 def decide(facts: InterruptionFacts, options: InterruptionOptions) -> Decision:
     """The rule of the module docstring (pure; table-tested)."""
     text = facts.text
-    if text is not None and facts.min_word_p < options.min_word_p:
-        text = ""  # words ASR only guessed: a sound, not words
+    if text is not None and guessed(text, facts.word_p, options):
+        text = ""  # a sound, not words
     if text is not None and not backchannel_only(text, options):
         return Decision.COMMIT
     if facts.voiced_ms >= options.max_backchannel_ms:

@@ -82,6 +82,7 @@ from assistant.turns.interruption import (
     InterruptionOptions,
     backchannel_only,
     decide,
+    guessed,
 )
 
 __all__ = ["TurnOptions", "TurnManager", "join_text"]
@@ -132,7 +133,7 @@ class _Paused:
     voiced_ms: int
     speech_ended: bool = False
     text: str | None = None
-    min_word_p: float = 1.0
+    word_p: float = 1.0
     finalized: bool = False
     """The VAD ended the speech and its final transcript is pending."""
     speech_end_ms: int = 0
@@ -140,7 +141,7 @@ class _Paused:
     """Voiced time at which to ask for the next interim transcript."""
 
     def facts(self) -> InterruptionFacts:
-        return InterruptionFacts(self.voiced_ms, self.speech_ended, self.text, self.min_word_p)
+        return InterruptionFacts(self.voiced_ms, self.speech_ended, self.text, self.word_p)
 
 
 class TurnManager:
@@ -323,8 +324,8 @@ class TurnManager:
             self._set_state(State.THINKING, ev.t_ms, out)
 
     def _on_interim(self, ev: InterimTranscript, out: list[TurnAction]) -> None:
-        if ev.min_word_p < self.options.interruption.min_word_p:
-            return  # a guess (see InterruptionOptions.min_word_p)
+        if guessed(ev.text, ev.word_p, self.options.interruption):
+            return  # more audio, or the final transcript, decides
         cand = self._candidate
         if cand is not None:
             cand.text = ev.text  # known when it counts, if it ever does
@@ -335,12 +336,12 @@ class TurnManager:
                 self._check_candidate(ev.t_ms, out)
         paused = self._paused_reply
         if paused is not None and not paused.finalized:
-            paused.text, paused.min_word_p = ev.text, ev.min_word_p
+            paused.text, paused.word_p = ev.text, ev.word_p
             self._decide_pause(ev.t_ms, out)
 
     def _on_partial(self, ev: PartialTranscript, out: list[TurnAction]) -> None:
         if self._paused_reply is not None:
-            self._on_interim(InterimTranscript(ev.t_ms, ev.text, ev.min_word_p), out)
+            self._on_interim(InterimTranscript(ev.t_ms, ev.text, ev.word_p), out)
             return
         if self._state is not State.USER_SPEAKING or not self._paused:
             return
@@ -375,7 +376,7 @@ class TurnManager:
     def _on_final(self, ev: FinalTranscript, out: list[TurnAction]) -> None:
         paused = self._paused_reply
         if paused is not None and paused.finalized:
-            paused.text, paused.min_word_p = ev.text, ev.min_word_p
+            paused.text, paused.word_p = ev.text, ev.word_p
             if decide(paused.facts(), self.options.interruption) is Decision.RESUME:
                 self._resume(ev.t_ms, out)
                 return

@@ -57,18 +57,20 @@ def test_decide(voiced: int, ended: bool, text: str | None, decision: Decision) 
     assert decide(InterruptionFacts(voiced, ended, text), OPTS) is decision
 
 
-@pytest.mark.parametrize(("voiced", "ended", "text", "min_word_p", "decision"), [
+@pytest.mark.parametrize(("voiced", "ended", "text", "word_p", "decision"), [
     # Words ASR only guessed at (a hum heard as "in my mom") count as a sound ...
     (500, True, "in my mom.", 0.14, Decision.RESUME),
     (300, False, "Run!", 0.1, Decision.WAIT),
     (1300, False, "in my mom.", 0.14, Decision.COMMIT),  # ... and long speech is a turn
+    # More words than a backchannel has are speech, however unclear (quiet, through AEC).
+    (900, True, "Stop, please. That is enough.", 0.25, Decision.COMMIT),
     # Heard with confidence, the same words commit.
     (300, False, "Run!", 0.6, Decision.COMMIT),
     (500, True, "Stop.", 0.45, Decision.COMMIT),
 ])
 def test_words_asr_only_guessed_count_as_a_sound(voiced: int, ended: bool, text: str,
-                                                 min_word_p: float, decision: Decision) -> None:
-    assert decide(InterruptionFacts(voiced, ended, text, min_word_p), OPTS) is decision
+                                                 word_p: float, decision: Decision) -> None:
+    assert decide(InterruptionFacts(voiced, ended, text, word_p), OPTS) is decision
 
 
 def test_custom_word_list_and_limits() -> None:

@@ -89,20 +89,20 @@ def test_an_interim_guess_decides_nothing_and_the_final_transcript_decides() -> 
     # 0.1): no cut; the words heard with confidence resume the reply.
     run_table([
         *PAUSED,
-        (InterimTranscript(2100, "Run!", min_word_p=0.1), [], S),
-        (InterimTranscript(2250, "Right.", min_word_p=0.7), [], S),
+        (InterimTranscript(2100, "Run!", word_p=0.1), [], S),
+        (InterimTranscript(2250, "Right.", word_p=0.7), [], S),
         (ShortPause(2400), [RequestPartial(), ResumeReply(1, 2400, "Right.")], S),
     ], TENTATIVE)
     run_table([
         *PAUSED,
-        (InterimTranscript(2100, "Run!", min_word_p=0.1), [], S),
+        (InterimTranscript(2100, "Run!", word_p=0.1), [], S),
         (EndOfTurn(2700, speech_end_ms=2150), [FinalizeUtterance()], S),
         (FinalTranscript(2800, "Right."), [ResumeReply(1, 2800, "Right.")], S),
     ], TENTATIVE)
     # The same words heard with confidence cut the reply at once.
     run_table([
         *PAUSED,
-        (InterimTranscript(2100, "Run!", min_word_p=0.6),
+        (InterimTranscript(2100, "Run!", word_p=0.6),
          [BargeIn(1, 2080, paused=True), sc(2100, S, U)], U),
     ], TENTATIVE)
 
@@ -192,7 +192,7 @@ def test_real_words_over_the_reply_interrupt_however_short_the_speech() -> None:
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (ShortPause(2200), [], S),
         (SpeechResumed(2350), [], S),
-        (InterimTranscript(2400, "Stop,", min_word_p=0.6),
+        (InterimTranscript(2400, "Stop,", word_p=0.6),
          [PauseReply(1, 2400), BargeIn(1, 2400, paused=True), sc(2400, S, U)], U),
     ], TENTATIVE)
     run_table([
@@ -205,7 +205,7 @@ def test_real_words_over_the_reply_interrupt_however_short_the_speech() -> None:
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (InterimTranscript(2050, "Yeah."), [], S),
-        (InterimTranscript(2080, "Run!", min_word_p=0.1), [], S),
+        (InterimTranscript(2080, "Run!", word_p=0.1), [], S),
         (EndOfTurn(2400, speech_end_ms=2150), [DiscardUtterance()], S),
     ], TENTATIVE)
 
