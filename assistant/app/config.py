@@ -198,6 +198,9 @@ class ServerConfig(_Section):
     max_message_bytes: int = Field(1_048_576, gt=0)
     session_queue: int = Field(256, gt=0)
     audio_delta_ms: int = Field(100, ge=10, le=5000)
+    audio_lead_ms: int = Field(300, ge=20, le=60_000)
+    """Reply audio sent ahead of the client's playback: a tentative interruption's
+    pause is heard this late at worst; more absorbs a slower network."""
 
 
 class LoggingConfig(_Section):

@@ -146,6 +146,7 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
         asr_options=StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms),
         min_clause_chars=cfg.tts.min_clause_chars, session_queue=cfg.server.session_queue,
         served=served, defaults=defaults, audio_delta_ms=cfg.server.audio_delta_ms,
+        audio_lead_ms=cfg.server.audio_lead_ms,
     )
 
 

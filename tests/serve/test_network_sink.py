@@ -308,3 +308,13 @@ def test_a_text_only_reply_paused_and_resumed_sends_every_clause_once() -> None:
     playback.tts_done(1)
     assert client.texts == ["Paris is nice,", " and old."] and client.samples == 0
     assert playback.poll() is not None
+
+
+def test_the_audio_lead_comes_from_the_config(serve_runtime: Any) -> None:
+    from assistant.app.config import load_config
+    from assistant.serve.runtime import runtime_from_models
+    from tests.serve.conftest import CONFIG
+
+    cfg = load_config(CONFIG, env={}, overrides={"server.audio_lead_ms": 800})
+    assert runtime_from_models(cfg, serve_runtime.models).audio_lead_ms == 800
+    assert serve_runtime.audio_lead_ms == 300  # config.yaml's
