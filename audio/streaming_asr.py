@@ -26,7 +26,7 @@ import numpy.typing as npt
 from audio.asr import TranscribedWord, Transcriber, as_asr_input
 
 __all__ = [
-    "mean_word_p",
+    "lowest_word_p",
     "StreamingASROptions",
     "TranscriptPartial",
     "TranscriptFinal",
@@ -68,7 +68,7 @@ class TranscriptPartial:
     audio_ms: int
     """Utterance audio decoded for this partial."""
     word_p: float = 1.0
-    """The mean probability Whisper gave the words of ``text`` (1.0 with no words): from
+    """The lowest probability Whisper gave a word of ``text`` (1.0 with no words): from
     a fraction of a second of audio it guesses ("Right" as "Run!")."""
 
 
@@ -87,9 +87,9 @@ def normalize_word(text: str) -> str:
     return re.sub(r"[^\w']+", "", text.lower()).strip("'")
 
 
-def mean_word_p(words: Sequence[TranscribedWord]) -> float:
-    """How sure Whisper was of ``words``: their mean probability (1.0 for no words)."""
-    return sum(w.probability for w in words) / len(words) if words else 1.0
+def lowest_word_p(words: Sequence[TranscribedWord]) -> float:
+    """How sure Whisper was of ``words``: the lowest word probability (1.0 for none)."""
+    return min((w.probability for w in words), default=1.0)
 
 
 def _join(words: Sequence[TranscribedWord]) -> str:
@@ -266,7 +266,7 @@ class StreamingTranscriber:
             return None
         self._last_text, self._last_stable = text, stable
         return TranscriptPartial(text, stable, self._decoded_upto * 1000 // SAMPLE_RATE,
-                                 mean_word_p(words))
+                                 lowest_word_p(words))
 
     def _maybe_trim(self) -> None:
         """Drop buffered audio up to the last committed word once the buffer is long."""

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from assistant.loop.workers import Post, Worker
-from audio.streaming_asr import mean_word_p
+from audio.streaming_asr import lowest_word_p
 
 if TYPE_CHECKING:
     from audio.asr import Transcriber
@@ -31,7 +31,7 @@ class AsrPartial:
     text: str
     stable_text: str
     word_p: float = 1.0
-    """The mean word probability of ``text`` (see ``TranscriptPartial.word_p``)."""
+    """The lowest word probability of ``text`` (see ``TranscriptPartial.word_p``)."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class AsrFinal:
     audio_ms: int
     """Utterance audio decoded."""
     word_p: float = 1.0
-    """The mean word probability (1.0 when decoded without word probabilities)."""
+    """The lowest word probability (1.0 when decoded without word probabilities)."""
 
 
 @dataclass
@@ -62,7 +62,7 @@ class _Utterance:
     unfed: list[npt.NDArray[np.float32]] = field(default_factory=list)
     partials: bool = True
     preview: tuple[int, int, str, float] | None = None
-    """(end sample, samples decoded, text, mean word probability) of the latest
+    """(end sample, samples decoded, text, lowest word probability) of the latest
     preview decode."""
 
     def samples(self, end_sample: int | None = None) -> npt.NDArray[np.float32]:
@@ -181,10 +181,10 @@ class AsrWorker(Worker):
 
     def _decode(self, pcm: npt.NDArray[np.float32], with_p: bool = False
                 ) -> tuple[str, float]:
-        """The text, and its mean word probability when ``with_p`` (else 1.0)."""
+        """The text, and its lowest word probability when ``with_p`` (else 1.0)."""
         if pcm.size == 0:
             return "", 1.0
         heard = self.transcriber.transcribe(pcm, word_timestamps=with_p)
-        return heard.text.strip(), mean_word_p(heard.words)
+        return heard.text.strip(), lowest_word_p(heard.words)
 
 

@@ -134,7 +134,7 @@ class PartialTranscript:
     t_ms: int
     text: str
     word_p: float = 1.0
-    """The mean probability ASR gave the words of ``text`` (1.0 when not measured)."""
+    """The lowest probability ASR gave a word of ``text`` (1.0 when not measured)."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +145,7 @@ class InterimTranscript:
     t_ms: int
     text: str
     word_p: float = 1.0
-    """The mean probability ASR gave the words of ``text`` (1.0 when unknown)."""
+    """The lowest probability ASR gave a word of ``text`` (1.0 when unknown)."""
 
 
 @dataclass(frozen=True)
@@ -155,7 +155,7 @@ class FinalTranscript:
     t_ms: int
     text: str
     word_p: float = 1.0
-    """The mean probability ASR gave the words of ``text`` (1.0 when not measured)."""
+    """The lowest probability ASR gave a word of ``text`` (1.0 when not measured)."""
 
 
 @dataclass(frozen=True)

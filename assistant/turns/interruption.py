@@ -66,7 +66,7 @@ class InterruptionOptions:
     """While a reply is paused, ask ASR for the speech's words at the pause and again
     after each this much more voiced speech (0: wait for the display partials)."""
     min_word_p: float = 0.3
-    """A transcript of at most ``max_words`` words whose mean word probability is under
+    """A transcript of at most ``max_words`` words whose lowest word probability is under
     this is a guess (:func:`guessed`): Whisper guesses at a fraction of a second of
     audio ("Right" as "Run!") and at hums (Piper's "Mm-hmm" as "in my mom", 0.14 / 0.22
     / 0.53), and a guess must not cut the reply. A guessed interim transcript is passed
@@ -92,7 +92,7 @@ class InterruptionFacts:
     text: str | None
     """Its transcript so far; None while none has been decoded."""
     word_p: float = 1.0
-    """The mean probability ASR gave the words of ``text``."""
+    """The lowest probability ASR gave a word of ``text``."""
 
 
 class Decision(enum.Enum):
@@ -111,9 +111,11 @@ def _words(text: str) -> list[str]:
     return ["mm" if _HUM.match(w) else w for w in words]
 
 
-def backchannel_only(text: str, options: InterruptionOptions) -> bool:
+def backchannel_only(text: str, options: InterruptionOptions, *,
+                     in_progress: bool = False) -> bool:
     """Whether ``text`` is empty, a sound event or only backchannel phrases (at most
-    ``max_words`` words)."""
+    ``max_words`` words). ``in_progress``: the speech goes on, so its last words may be
+    the start of a phrase ("Okay, I" of "Okay, I see")."""
     words = _words(text)
     if len(words) > options.max_words:
         return False
@@ -125,12 +127,14 @@ def backchannel_only(text: str, options: InterruptionOptions) -> bool:
                 i += len(phrase)
                 break
         else:
-            return False
+            rest = tuple(words[i:])
+            return in_progress and any(len(p) > len(rest) and p[:len(rest)] == rest
+                                       for p in phrases)
     return True
 
 
 def guessed(text: str, word_p: float, options: InterruptionOptions) -> bool:
-    """Whether ``text`` (mean word probability ``word_p``) is words ASR only guessed
+    """Whether ``text`` (lowest word probability ``word_p``) is words ASR only guessed
     at: a few words heard with little confidence. More words than a backchannel has are
     speech, however unclear (quiet "Stop, please. That is enough." through echo
     cancellation: "stop" 0.16-0.39)."""
@@ -142,7 +146,8 @@ def decide(facts: InterruptionFacts, options: InterruptionOptions) -> Decision:
     text = facts.text
     if text is not None and guessed(text, facts.word_p, options):
         text = ""  # a sound, not words
-    if text is not None and not backchannel_only(text, options):
+    if text is not None and not backchannel_only(text, options,
+                                                 in_progress=not facts.speech_ended):
         return Decision.COMMIT
     if facts.voiced_ms >= options.max_backchannel_ms:
         return Decision.COMMIT

@@ -329,7 +329,7 @@ class TurnManager:
         cand = self._candidate
         if cand is not None:
             cand.text = ev.text  # known when it counts, if it ever does
-            if not backchannel_only(ev.text, self.options.interruption):
+            if not backchannel_only(ev.text, self.options.interruption, in_progress=True):
                 # Real words interrupt however short the speech ("Stop, please": two
                 # bursts, each under barge_in_min_ms, the pause between them resetting it).
                 cand.voiced_ms = max(cand.voiced_ms, self.options.barge_in_min_ms)

@@ -73,6 +73,16 @@ def test_words_asr_only_guessed_count_as_a_sound(voiced: int, ended: bool, text:
     assert decide(InterruptionFacts(voiced, ended, text, word_p), OPTS) is decision
 
 
+def test_speech_in_progress_may_be_the_start_of_a_backchannel_phrase() -> None:
+    # "Okay, I" while "Okay, I see." is still being said: wait for the rest.
+    assert backchannel_only("Okay, I", OPTS, in_progress=True)
+    assert backchannel_only("got", OPTS, in_progress=True)
+    assert not backchannel_only("Okay, I", OPTS)  # ended there: real words
+    assert not backchannel_only("Okay, I think", OPTS, in_progress=True)
+    assert decide(InterruptionFacts(300, False, "Okay, I"), OPTS) is Decision.WAIT
+    assert decide(InterruptionFacts(300, True, "Okay, I"), OPTS) is Decision.COMMIT
+
+
 def test_custom_word_list_and_limits() -> None:
     opts = InterruptionOptions(backchannels=("jawohl",), max_backchannel_ms=600)
     assert decide(InterruptionFacts(300, True, "Jawohl!"), opts) is Decision.RESUME
