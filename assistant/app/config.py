@@ -128,7 +128,9 @@ class EngineConfig(_Section):
     num_pages: int = Field(2048, gt=0)
     max_batch: int = Field(8, gt=0)
     prefill_chunk: int = Field(512, gt=0)
-    weights: Literal["fp32", "bf16", "int8", "int4"] | None = None
+    weights: Literal["fp32", "bf16", "int8", "int4"] | None = "int4"
+    """Weight format of the local engine's linears; None = dense in `dtype`. int4 (groups
+    of 32, llama.cpp's Q4_1 layout) computes in bfloat16 whatever `dtype` says."""
     backend: Literal["local", "vllm"] = "local"
     """local: our paged engine in this process; vllm: vLLM servers at ``url``."""
     url: tuple[str, ...] = ()

@@ -21,7 +21,9 @@ RECORDING = ROOT / "tests" / "data" / "demo_conversation.wav"
 
 
 def config() -> AppConfig:
-    return load_config(ROOT / "config.yaml", env={}, overrides={"llm.max_new_tokens": 40})
+    # The servers run float32 weights: the local engine must too to give the same replies.
+    return load_config(ROOT / "config.yaml", env={},
+                       overrides={"llm.max_new_tokens": 40, "engine.weights": "fp32"})
 
 
 @pytest.fixture(scope="module")
