@@ -40,6 +40,12 @@ __all__ = [
 
 SAMPLE_RATE = 16_000
 _WINDOW_S = 30.0
+_WINDOW_LEAD = SAMPLE_RATE * 3 // 10
+"""Silence put before audio decoded on a cut encoder window (300 ms). On a cut window
+Whisper tiny.en is sensitive to how soon the speech starts: the daemon's "What is the
+capital of France?" with 100 ms of digital silence before it came out as "... of friends"
+on a 10 s or 20 s window and right on the stock 30 s one, and right on every window with
+200 ms or more of silence first (the loop's utterances start with 250 ms)."""
 
 
 @dataclass(frozen=True)
@@ -227,13 +233,15 @@ class Transcriber:
             clips = [t / SAMPLE_RATE for r in regions for t in r]
         words_on = self.options.word_timestamps if word_timestamps is None else word_timestamps
         kwargs = self._decode_kwargs(initial_prompt, words_on, clips)
+        lead = _WINDOW_LEAD if self._may_cut(audio) else 0
         with self._lock:
-            segments, info = self._model.transcribe(audio, **kwargs)
+            segments, info = self._model.transcribe(_lead_in(audio, lead), **kwargs)
             raw = list(segments)
             if self._windowed() and looks_wrong(raw, duration_ms / 1000, WindowGuard()):
                 self.fallbacks += 1
-                raw = self._full_window(audio, kwargs)
-            segs = tuple(_segment(s) for s in raw)
+                raw, lead = self._full_window(audio, kwargs), 0
+            shift_ms = _ms(lead / SAMPLE_RATE)
+            segs = tuple(_segment(s, shift_ms) for s in raw)
         # A segment with no letter or digit ("." on near-silence) says nothing.
         segs = tuple(s for s in segs if any(ch.isalnum() for ch in s.text))
         text = " ".join(s.text for s in segs).strip()
@@ -254,6 +262,11 @@ class Transcriber:
             clip_timestamps=clips,
         )
 
+    def _may_cut(self, audio: npt.NDArray[np.float32]) -> bool:
+        """Whether the model cuts the encoder window for this audio (see `_WINDOW_LEAD`)."""
+        frames = getattr(self._model, "window_frames", 0)
+        return frames > 0 and audio.shape[0] + _WINDOW_LEAD < _WINDOW_S * SAMPLE_RATE
+
     def _windowed(self) -> bool:
         """Whether the latest encode ran on a cut window."""
         return 0 < getattr(self._model, "last_encoded_frames", FULL_FRAMES) < FULL_FRAMES
@@ -268,16 +281,28 @@ class Transcriber:
             model.window_frames = window
 
 
-def _segment(seg: Any) -> TranscriptSegment:
+def _lead_in(audio: npt.NDArray[np.float32], samples: int) -> npt.NDArray[np.float32]:
+    """`audio` after `samples` of digital silence."""
+    if samples <= 0:
+        return audio
+    return np.concatenate([np.zeros(samples, dtype=audio.dtype), audio])
+
+
+def _segment(seg: Any, shift_ms: int = 0) -> TranscriptSegment:
+    """Our segment from faster-whisper's, its times moved back by `shift_ms` (a lead-in)."""
+
+    def at(seconds: float) -> int:
+        return max(0, _ms(seconds) - shift_ms)
+
     words = tuple(
-        TranscribedWord(w.word.strip(), _ms(w.start), _ms(w.end), float(w.probability))
+        TranscribedWord(w.word.strip(), at(w.start), at(w.end), float(w.probability))
         for w in (seg.words or ())
         if w.word.strip()
     )
     return TranscriptSegment(
         text=str(seg.text).strip(),
-        start_ms=_ms(seg.start),
-        end_ms=_ms(seg.end),
+        start_ms=at(seg.start),
+        end_ms=at(seg.end),
         words=words,
         avg_logprob=float(seg.avg_logprob),
         no_speech_prob=float(seg.no_speech_prob),

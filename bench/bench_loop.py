@@ -6,7 +6,7 @@ Not a test: prints a table. Measures, on the wall clock, with the real models:
   the semantic end of turn (the default), the fixed 550 ms rule, and speculation off
   (the peer: the same loop without speculative pre-generation); optionally the semantic
   end of turn on the engine in other weight formats (``--weights bf16``) or another
-  Whisper window (``--asr-window-s 10``);
+  Whisper window (``--asr-window-s 0``: the stock 30 s one);
 - a per-turn waterfall: when each stage happened after the end of speech (pause
   detected, speculation started, end-of-turn score, first clause drafted / synthesised,
   end of turn decided, final transcript, reply started, first audio), p50 per config;
@@ -247,9 +247,9 @@ def main() -> int:
     parser.add_argument("--partial-interval-ms", type=int, default=None,
                         help="override asr.partial_interval_ms (display partials cost ASR "
                              "time that previews and finals then wait for)")
-    parser.add_argument("--asr-window-s", type=float, default=0.0,
+    parser.add_argument("--asr-window-s", type=float, default=None,
                         help="also run the semantic end of turn with this asr.window_s "
-                             "(0: skip)")
+                             "(0: Whisper's stock 30 s window)")
     parser.add_argument("--weights", type=lambda v: [f for f in v.split(",") if f],
                         default=[], metavar="FORMATS",
                         help="also run the semantic end of turn on the engine loaded in "
@@ -284,11 +284,15 @@ def main() -> int:
             # short pause and the end of turn; a longer end of turn shows the hit path.
             configs.append((f"fixed {args.slow_endpoint_ms} ms", {
                 "vad.end_of_turn": "fixed", "vad.end_of_turn_ms": args.slow_endpoint_ms}))
-        if args.asr_window_s:
-            configs.append((f"semantic, {args.asr_window_s:g} s ASR window",
-                            {"asr.window_s": args.asr_window_s}))
         runs: list[tuple[str, dict[str, object], LoopModels]] = [
             (name, overrides, models) for name, overrides in configs]
+        if args.asr_window_s is not None:
+            # The window is the transcriber's, fixed when it loads: its own models.
+            window = {"asr.window_s": args.asr_window_s}
+            print(f"loading the models with asr.window_s {args.asr_window_s:g} ...",
+                  file=sys.stderr)
+            runs.append((f"semantic, {args.asr_window_s:g} s ASR window", window, load_models(
+                load_config(default_config_path(), env={}, overrides=window))))
         for fmt in args.weights:
             # The same semantic configuration on the engine loaded in another weight format.
             print(f"loading the engine with {fmt} weights ...", file=sys.stderr)

@@ -95,7 +95,7 @@ class AsrConfig(_Section):
     beam_size: int = Field(1, ge=1)
     language: str | None = "en"
     partial_interval_ms: int = Field(500, gt=0)
-    window_s: float = Field(0.0, ge=0.0, le=30.0)
+    window_s: float = Field(10.0, ge=0.0, le=30.0)
     """Whisper encoder window for live speech (0 = the stock 30 s; see audio.whisper_window)."""
 
 

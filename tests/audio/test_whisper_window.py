@@ -107,3 +107,28 @@ def test_a_cut_window_hears_the_sentences_and_encodes_less(asr_model_dir: Path, 
     # The stock window gets these clean sentences word-perfect (test_roundtrip); the cut
     # one may slip on a word.
     assert heard >= 8, heard
+
+
+def test_a_cut_window_decodes_after_a_lead_in_with_times_on_the_input(
+        asr_model_dir: Path, piper_voice: Any) -> None:
+    """The daemon's utterances may start 100 ms before the speech: on a cut window that
+    turned "France" into "friends" until the decode got 300 ms of silence first. Word
+    times stay on the caller's timeline."""
+    from audio.tts import Synthesizer, TTSOptions
+
+    synth = Synthesizer.from_voice(piper_voice, TTSOptions(noise_scale=0.0, noise_w_scale=0.0))
+    chunk = synth.synthesize_span("What is the capital of France?")
+    assert chunk is not None
+    speech = resample(chunk.pcm.astype(np.float32) / 32768.0, chunk.sample_rate, 16000)
+    pcm = np.concatenate([np.zeros(1600, np.float32), speech])  # 100 ms of digital silence
+    cut = Transcriber(asr_model_dir, ASROptions(window_s=10.0, cpu_threads=2))
+    stock = Transcriber(asr_model_dir, ASROptions(window_s=0.0, cpu_threads=2))
+    heard_cut = cut.transcribe(pcm, word_timestamps=True)
+    heard_stock = stock.transcribe(pcm, word_timestamps=True)
+    assert _words(heard_cut.text) == ["what", "is", "the", "capital", "of", "france"]
+    assert 0 < cut._model.last_encoded_frames < FULL_FRAMES
+    starts_cut = [w.start_ms for s in heard_cut.segments for w in s.words]
+    starts_stock = [w.start_ms for s in heard_stock.segments for w in s.words]
+    assert len(starts_cut) == len(starts_stock) == 6
+    assert all(abs(a - b) <= 120 for a, b in zip(starts_cut, starts_stock, strict=True))
+    assert heard_cut.segments[-1].end_ms <= pcm.size * 1000 // 16000 + 50
