@@ -352,8 +352,8 @@ def main(argv: list[str] | None = None) -> int:
             record("hf", "ttft", hf_ttft(hf, history, turn))
         # llama-bench inside every round too: this machine's speed drifts over minutes (a
         # shared host), so each peer's best comes from the same stretches of time.
-        llama_round = llama_figures(args.llama_bench, gguf, args.threads, args.decode_tokens)
-        llama_rounds.append(llama_round)
+        llama_rounds.append(llama_figures(args.llama_bench, gguf, args.threads,
+                                          args.decode_tokens))
 
     table = [Figures(f"ours {name}", decode=best(r["decode"]), prefill=best(r["prefill"]),
                      concurrent=best(r["concurrent"]), ttft=best(r["ttft"], low=True))

@@ -286,19 +286,17 @@ def main() -> int:
                 "vad.end_of_turn": "fixed", "vad.end_of_turn_ms": args.slow_endpoint_ms}))
         runs: list[tuple[str, dict[str, object], LoopModels]] = [
             (name, overrides, models) for name, overrides in configs]
+        # The same semantic configuration with settings fixed when the models load (the
+        # transcriber's window, the engine's weight format): each with its own models.
+        loaded: list[tuple[str, dict[str, object]]] = []
         if args.asr_window_s is not None:
-            # The window is the transcriber's, fixed when it loads: its own models.
-            window = {"asr.window_s": args.asr_window_s}
-            print(f"loading the models with asr.window_s {args.asr_window_s:g} ...",
-                  file=sys.stderr)
-            runs.append((f"semantic, {args.asr_window_s:g} s ASR window", window, load_models(
-                load_config(default_config_path(), env={}, overrides=window))))
-        for fmt in args.weights:
-            # The same semantic configuration on the engine loaded in another weight format.
-            print(f"loading the engine with {fmt} weights ...", file=sys.stderr)
-            other = load_models(load_config(default_config_path(), env={},
-                                            overrides={"engine.weights": fmt}))
-            runs.append((f"semantic, {fmt} weights", {"engine.weights": fmt}, other))
+            loaded.append((f"semantic, {args.asr_window_s:g} s ASR window",
+                           {"asr.window_s": args.asr_window_s}))
+        loaded += [(f"semantic, {fmt} weights", {"engine.weights": fmt}) for fmt in args.weights]
+        for name, overrides in loaded:
+            print(f"loading the models for {name} ...", file=sys.stderr)
+            runs.append((name, overrides, load_models(
+                load_config(default_config_path(), env={}, overrides=overrides))))
         for name, overrides, run_models in runs:
             if args.partial_interval_ms is not None:
                 overrides = {**overrides, "asr.partial_interval_ms": args.partial_interval_ms}

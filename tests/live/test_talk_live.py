@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from audio.virtual_server import BUS_RATE, VirtualAudioServer
+from audio.virtual_server import BUS_RATE, BusRecorder, VirtualAudioServer
 from tests.live.support import (
     MIC,
     SPEAKER,
@@ -43,22 +43,26 @@ def _start_talk(server: VirtualAudioServer, tmp_path: Path, *extra: str) -> Assi
     return proc
 
 
+def _play_until_speaking(server: VirtualAudioServer, recorder: BusRecorder,
+                         proc: AssistantProcess, wav: Path, seconds: float) -> None:
+    """Feed ``wav`` into the microphone, then wait until the speaker has played
+    ``seconds`` of the reply since (a barge-in after it lands on a playing reply, however
+    slow this machine is)."""
+    server.feed(wav, timeout_s=60)
+    asked = recorder.frames / BUS_RATE
+    proc.wait_for("the reply playing", lambda: audible_between(
+        recorder.samples()[:, SPEAKER], asked, 1e9) >= seconds, 120)
+
+
 def test_talk_answers_is_cut_off_by_a_barge_in_and_answers_the_next_turn(
         audio_server: VirtualAudioServer, demo_utterances: list[Path], tmp_path: Path) -> None:
     question, story, stop = demo_utterances
     recorder = audio_server.record()
     proc = _start_talk(audio_server, tmp_path)
-
-    def speaker_since(t_s: float) -> float:
-        return audible_between(recorder.samples()[:, SPEAKER], t_s, 1e9)
-
     try:
         audio_server.feed(question, timeout_s=60)
         proc.wait_for("a reply", lambda: len(proc.lines("assistant:")) >= 1, 120)
-        audio_server.feed(story, timeout_s=60)
-        asked = recorder.frames / BUS_RATE
-        # Barge in once the story is surely playing, however slow this machine is.
-        proc.wait_for("the story", lambda: speaker_since(asked) >= 0.5, 120)
+        _play_until_speaking(audio_server, recorder, proc, story, 0.5)
         audio_server.feed(stop, timeout_s=60)
         proc.wait_for("three replies", lambda: len(proc.lines("assistant:")) >= 3, 120)
         code = proc.stop(signal.SIGINT)
@@ -137,10 +141,7 @@ def test_talk_with_aec_hears_a_barge_in_no_louder_than_its_own_echo(
                            "--set", "llm.max_new_tokens=120",
                            "--set", "turns.interruption=immediate")
         try:
-            audio_server.feed(story, timeout_s=60)
-            asked = recorder.frames / BUS_RATE
-            proc.wait_for("the story", lambda: audible_between(
-                recorder.samples()[:, SPEAKER], asked, 1e9) >= 1.0, 120)
+            _play_until_speaking(audio_server, recorder, proc, story, 1.0)
             fed = recorder.frames / BUS_RATE
             audio_server.feed(quiet, timeout_s=60)
             proc.wait_for("two replies", lambda: len(proc.lines("assistant:")) >= 2, 120)
