@@ -54,6 +54,25 @@ class AsrFinal:
     """The lowest word probability (1.0 when decoded without word probabilities)."""
 
 
+@dataclass(frozen=True)
+class _Decoded:
+    """One decode of an utterance's audio up to ``end_sample``."""
+
+    end_sample: int
+    samples: int
+    """Samples it decoded (fewer than asked when the audio had not all come)."""
+    text: str
+    word_p: float
+    with_p: bool
+    """Whether ``word_p`` was measured (else 1.0)."""
+
+    def covers(self, end_sample: int, samples: int, with_p: bool) -> bool:
+        """Whether this decode is the one asked for: the same audio, with word
+        probabilities if those are asked for."""
+        return (self.end_sample, self.samples) == (end_sample, samples) \
+            and (self.with_p or not with_p)
+
+
 @dataclass
 class _Utterance:
     start_sample: int
@@ -61,9 +80,8 @@ class _Utterance:
     audio: list[npt.NDArray[np.float32]] = field(default_factory=list)
     unfed: list[npt.NDArray[np.float32]] = field(default_factory=list)
     partials: bool = True
-    preview: tuple[int, int, str, float] | None = None
-    """(end sample, samples decoded, text, lowest word probability) of the latest
-    preview decode."""
+    preview: _Decoded | None = None
+    """The latest preview decode."""
 
     def samples(self, end_sample: int | None = None) -> npt.NDArray[np.float32]:
         pcm = np.concatenate(self.audio) if self.audio else np.zeros(0, np.float32)
@@ -140,8 +158,11 @@ class AsrWorker(Worker):
             utt = self._utts.get(utt_id)
             if utt is not None:
                 pcm = utt.samples(end_sample)
-                text, word_p = self._decode(pcm, with_p)
-                utt.preview = (end_sample, pcm.size, text, word_p)
+                decoded = utt.preview
+                if decoded is None or not decoded.covers(end_sample, pcm.size, with_p):
+                    text, word_p = self._decode(pcm, with_p)
+                    decoded = utt.preview = _Decoded(end_sample, pcm.size, text, word_p, with_p)
+                text, word_p = decoded.text, decoded.word_p  # the same audio: the same text
                 self.post(AsrPreview(utt_id, text, end_sample, word_p))
         self.submit(command)
 
@@ -164,9 +185,10 @@ class AsrWorker(Worker):
             utt.streaming.cancel()
             pcm = utt.samples(end_sample)
             audio_ms = pcm.size * 1000 // self.sample_rate
-            if utt.preview is not None and utt.preview[:2] == (end_sample, pcm.size):
+            decoded = utt.preview
+            if decoded is not None and decoded.covers(end_sample, pcm.size, with_p):
                 # The same audio was decoded at the pause: the same text, no new decode.
-                self.post(AsrFinal(utt_id, utt.preview[2], audio_ms, utt.preview[3]))
+                self.post(AsrFinal(utt_id, decoded.text, audio_ms, decoded.word_p))
                 return
             text, word_p = self._decode(pcm, with_p)
             self.post(AsrFinal(utt_id, text, audio_ms, word_p))

@@ -83,7 +83,6 @@ class LoopParts:
     set_pause_limit: Callable[[int], None]
     """End the user's turn after this much silence in the current pause (the VAD)."""
     spec_texts: dict[int, str] = field(default_factory=dict)
-    presynth_ready: set[int] = field(default_factory=set)
     response_tokens: dict[int, int] = field(default_factory=dict)
     """Per-response ``max_new_tokens`` by turn id (that response only)."""
     last_end: EndOfTurn | None = None
@@ -177,7 +176,6 @@ def _end_score(p: LoopParts, item: EndOfTurnScore) -> None:
 
 def _presynthesized(p: LoopParts, item: Presynthesized) -> None:
     p.emit(log.PresynthesizedEntry(p.now_ms(), item.spec_id))
-    p.presynth_ready.add(item.spec_id)
 
 
 def _speech_chunk(p: LoopParts, item: SpeechChunk) -> None:
@@ -281,9 +279,7 @@ def _start_response(p: LoopParts, action: StartResponse, cause: TurnInput) -> No
     now = p.now_ms()
     endpoint = p.last_end.t_ms if p.last_end is not None else now
     p.playback.start(action.turn_id, speech_end_ms=action.speech_end_ms, endpoint_ms=endpoint)
-    premade = action.spec_id if action.spec_id in p.presynth_ready else None
-    p.presynth_ready.clear()
-    p.tts.begin(action.turn_id, premade)
+    p.tts.begin(action.turn_id, action.spec_id)
     p.dialogue.start_turn(action.turn_id, action.user_text, action.spec_id,
                           max_new_tokens=p.response_tokens.pop(action.turn_id, None))
 

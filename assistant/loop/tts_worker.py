@@ -51,9 +51,17 @@ class TtsWorker(Worker):
         self._voices: dict[int, ReplyVoice] = {}
         self._cancelled: set[int] = set()
         self._premade: dict[int, TTSChunk] = {}
+        self._replies_begun = 0
+        """Counted on the caller's side: a pre-synthesis queued before a reply began is
+        skipped (the reply speaks its clauses itself; one running then is used)."""
         super().__init__("tts", post)
 
     def begin(self, turn_id: int, spec_id: int | None = None) -> None:
+        """A reply starts; ``spec_id``: the speculation it adopted, whose pre-synthesised
+        first clause it speaks if that clause is the one it cuts (a pre-synthesis still
+        running is waited for: it is further along than starting again)."""
+        self._replies_begun += 1
+
         def command() -> None:
             premade = [self._premade[spec_id]] if spec_id in self._premade else []
             self._premade.clear()
@@ -86,7 +94,11 @@ class TtsWorker(Worker):
         self.submit(command, priority="control")
 
     def presynthesize(self, spec_id: int, text: str) -> None:
+        begun = self._replies_begun
+
         def command() -> None:
+            if begun != self._replies_begun:
+                return  # queued behind a reply that has begun: stale
             chunk = self.synthesizer.synthesize_span(text, turn_id=0, char_start=0)
             if chunk is not None:
                 self._premade[spec_id] = chunk

@@ -289,14 +289,18 @@ class TurnManager:
         elif self._candidate is not None:
             self._candidate.voiced_ms = 0  # interruptions need continuous speech
         elif self._state is State.USER_SPEAKING and not self._paused:
-            self._paused = True
-            if self.options.speculate:
-                out.append(RequestPartial())
-            if self.options.semantic:
-                # Until the score is known the fixed silence holds: a score that comes
-                # late (a slow transcript) may lengthen or shorten the wait, but the
-                # semantic rule is never slower than the fixed one for lack of it.
-                self._set_silence(None, out)
+            self._enter_pause(out)
+
+    def _enter_pause(self, out: list[TurnAction]) -> None:
+        """The user's turn is in a pause: speculate on its words, time its end."""
+        self._paused = True
+        if self.options.speculate:
+            out.append(RequestPartial())
+        if self.options.semantic:
+            # Until the score is known the fixed silence holds: a score that comes
+            # late (a slow transcript) may lengthen or shorten the wait, but the
+            # semantic rule is never slower than the fixed one for lack of it.
+            self._set_silence(None, out)
 
     def _on_end_of_turn(self, ev: EndOfTurn, out: list[TurnAction]) -> None:
         paused = self._paused_reply
@@ -480,6 +484,10 @@ class TurnManager:
         decision = decide(paused.facts(), self.options.interruption)
         if decision is Decision.COMMIT:
             self._commit_pause(t_ms, out, speaking=True)
+            if paused.speech_ended:
+                # Decided inside the speech's pause ("Stop, please." heard at the pause):
+                # the pause is the user's turn's now (its end, its speculation).
+                self._enter_pause(out)
         elif decision is Decision.RESUME:
             self._resume(t_ms, out)
             # The speech's utterance is still open: discarded when it ends, and more

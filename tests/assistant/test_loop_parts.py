@@ -13,13 +13,16 @@ import numpy as np
 import pytest
 
 from assistant.loop import event_log as log
+from assistant.loop.asr_worker import AsrFinal, AsrPreview, AsrWorker
 from assistant.loop.metrics import compute_metrics, percentile
 from assistant.loop.playback import ReplyPlayback
+from assistant.loop.tts_worker import Presynthesized, SpeechChunk, TtsWorker
 from assistant.loop.workers import Worker, WorkerFailed
 from assistant.speech.voice import ReplyVoice, premade_clause
 from audio.clock import VirtualClock
 from audio.sinks import NullSink
-from tests.replay.fakes import ToneSynthesizer
+from audio.streaming_asr import StreamingASROptions
+from tests.replay.fakes import RATE, CountingTranscriber, ToneSynthesizer
 
 
 def _example(cls: type[log.Entry]) -> log.Entry:
@@ -202,3 +205,68 @@ def test_worker_serves_control_first_and_reports_idle_and_failures() -> None:
     finally:
         w.close()
     assert w.idle().done()
+
+
+class _GatedTones(ToneSynthesizer):
+    """Tones whose first synthesis waits for ``gate``: a pre-synthesis still running."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gate = threading.Event()
+        self.started = threading.Event()
+
+    def synthesize_span(self, text: str, **kw: typing.Any) -> typing.Any:
+        self.started.set()
+        self.gate.wait(5)
+        return super().synthesize_span(text, **kw)
+
+
+def test_a_reply_speaks_a_running_presynthesis_and_skips_a_queued_one() -> None:
+    posted: list[object] = []
+    synth = _GatedTones()
+    w = TtsWorker(synth, posted.append, min_clause_chars=6)
+    text = "Sure, here it is. And more text follows."
+    clause = premade_clause(text, 6)
+    assert clause is not None
+    try:
+        w.presynthesize(1, clause.text)
+        assert synth.started.wait(5)  # running when the reply begins
+        w.presynthesize(2, "A stale draft, never spoken.")  # queued behind it
+        w.begin(7, spec_id=1)
+        w.feed(7, text, done=True)
+        synth.gate.set()
+        w.idle().result(timeout=5)
+    finally:
+        w.close()
+    chunks = [p.chunk for p in posted if isinstance(p, SpeechChunk)]
+    assert "".join(c.text for c in chunks) == text
+    assert [p.spec_id for p in posted if isinstance(p, Presynthesized)] == [1]
+    # The clause was synthesised once (by the pre-synthesis), the stale draft never.
+    assert synth.spans == [clause.text, text[len(clause.text):].strip()]
+
+
+def test_the_asr_worker_decodes_the_same_audio_once_at_a_pause() -> None:
+    # A preview asked for again (a cut decided inside the pause) and the final of the
+    # same span reuse the pause's decode; asking for word probabilities decodes afresh.
+    posted: list[object] = []
+    asr = CountingTranscriber()
+    w = AsrWorker(asr, StreamingASROptions(partial_interval_ms=10_000), posted.append,  # type: ignore[arg-type]
+                  sample_rate=RATE)
+    loud = (0.1 * np.sin(np.arange(RATE // 2) / 3)).astype(np.float32)
+    try:
+        w.open(1, np.concatenate([loud, np.zeros(RATE // 5, np.float32)]), 0)
+        end = loud.size + RATE // 10
+        w.preview(1, end)
+        w.preview(1, end)
+        w.idle().result(timeout=5)
+        assert asr.calls == 1
+        w.preview(1, end, with_p=True)  # measured probabilities were not asked for before
+        w.idle().result(timeout=5)
+        assert asr.calls == 2
+        w.finalize(1, end)
+        w.idle().result(timeout=5)
+        assert asr.calls == 2
+    finally:
+        w.close()
+    texts = [p.text for p in posted if isinstance(p, (AsrPreview, AsrFinal))]
+    assert len(texts) == 4 and len(set(texts)) == 1 and texts[0]

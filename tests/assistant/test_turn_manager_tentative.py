@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from assistant.turns.end_of_turn import EndOfTurnOptions
 from assistant.turns.events import (
     AudioStarted,
     BargeIn,
@@ -20,12 +21,15 @@ from assistant.turns.events import (
     RequestInterim,
     RequestPartial,
     ResumeReply,
+    SetEndOfTurnSilence,
     ShortPause,
     SpeechResumed,
     SpeechStarted,
     StartResponse,
+    StartSpeculation,
     State,
     StateChanged,
+    TurnCompleteness,
     TurnInput,
     VoiceFrame,
 )
@@ -125,6 +129,30 @@ def test_real_words_commit_the_cut_at_once_and_the_user_goes_on() -> None:
         (FinalTranscript(3100, "Stop, I meant Paris."),
          [StartResponse(2, "Stop, I meant Paris.", None, 2500)], T),
     ], TENTATIVE)
+    assert tm.active_turn_id == 2
+
+
+def test_a_cut_decided_in_the_speech_s_pause_times_the_user_s_turn_from_there() -> None:
+    # "Stop, please." over the reply, its words known only at its pause: the cut is
+    # committed there and that pause is the user's turn's own: its words are speculated
+    # on (the preview asked for again: the worker has it) and its end is timed, by the
+    # fixed silence until the score comes (before: the VAD's longest limit, 1.6 s).
+    options = TurnOptions(barge_in_min_ms=200, speculate=True,
+                          end_of_turn=EndOfTurnOptions(mode="semantic"),
+                          interruption=InterruptionOptions(mode="tentative", interim_every_ms=0))
+    tm = run_table([
+        *PAUSED,
+        (VoiceFrame(2080, True, 500), [], S),
+        (ShortPause(2800), [RequestPartial()], S),
+        (PartialTranscript(2950, "Stop, please."),
+         [BargeIn(1, 2080, paused=True), sc(2950, S, U), RequestPartial(),
+          SetEndOfTurnSilence(550, None)], U),
+        (PartialTranscript(2960, "Stop, please."), [StartSpeculation(1, "Stop, please.")], U),
+        (TurnCompleteness(3000, 1, 0.5), [SetEndOfTurnSilence(250, 0.5)], U),
+        (EndOfTurn(3080, speech_end_ms=2600), [FinalizeUtterance(), sc(3080, U, T)], T),
+        (FinalTranscript(3090, "Stop, please."),
+         [StartResponse(2, "Stop, please.", 1, 2600)], T),
+    ], options)
     assert tm.active_turn_id == 2
 
 
