@@ -193,9 +193,6 @@ class TurnsConfig(_Section):
     interruption: Literal["immediate", "tentative"] = "tentative"
     backchannels: list[str] = Field(default_factory=lambda: list(BACKCHANNELS))
     max_backchannel_ms: int = Field(1200, gt=0)
-    interim_every_ms: int = Field(200, ge=0)
-    """Speech over a paused reply: its words are decoded at the pause and again after
-    each this much more voiced speech (0: only the display partials)."""
 
 
 class ServerConfig(_Section):

@@ -287,12 +287,7 @@ class TurnManager:
             out.append(RequestPartial())  # what was said, to decide on
             self._decide_pause(ev.t_ms, out)
         elif self._candidate is not None:
-            burst, self._candidate.voiced_ms = self._candidate.voiced_ms, 0
-            # Interruptions need continuous speech ... or words: "Stop, please." in a
-            # noisy room is two bursts, each shorter than barge_in_min_ms; what each
-            # burst said (a cough: nothing) decides.
-            if burst and self.options.interruption.interim_every_ms:
-                out.append(RequestInterim())
+            self._candidate.voiced_ms = 0  # interruptions need continuous speech
         elif self._state is State.USER_SPEAKING and not self._paused:
             self._enter_pause(out)
 

@@ -17,11 +17,9 @@ from assistant.turns.events import (
     EndOfTurn,
     FinalizeUtterance,
     FinalTranscript,
-    InterimTranscript,
     Interrupt,
     PartialTranscript,
     PlaybackDone,
-    RequestInterim,
     RequestPartial,
     ShortPause,
     SpeechResumed,
@@ -162,33 +160,11 @@ def test_short_pause_resets_a_candidate() -> None:
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (VoiceFrame(2000, True, 60), [], S),
-        # No preview (no speculation while the assistant speaks): the burst's words, if
-        # any, are asked for; they decide (see test_words_of_a_short_burst_interrupt).
-        (ShortPause(2300), [RequestInterim()], S),
+        (ShortPause(2300), [], S),  # no RequestPartial while the assistant speaks
         (VoiceFrame(2400, True, 60), [], S),  # 60 < 200 since the reset
         (VoiceFrame(2460, True, 60), [], S),
         (VoiceFrame(2520, True, 60), [], S),
         (VoiceFrame(2580, True, 60), [BargeIn(1, 2640), sc(2640, S, U)], U),
-    ])
-
-
-def test_words_of_a_short_burst_interrupt() -> None:
-    # "Stop, please." in a noisy room: two bursts, each under barge_in_min_ms.
-    run_table([
-        *ASK_AND_SPEAK,
-        (SpeechStarted(2000, voiced_ms=120), [], S),
-        (ShortPause(2200), [RequestInterim()], S),
-        (InterimTranscript(2350, "Stop."), [BargeIn(1, 2350), sc(2350, S, U)], U),
-    ])
-    # A cough's burst has no words: nothing happens. Each burst is asked about.
-    run_table([
-        *ASK_AND_SPEAK,
-        (SpeechStarted(2000, voiced_ms=120), [], S),
-        (ShortPause(2200), [RequestInterim()], S),
-        (InterimTranscript(2350, ""), [], S),
-        (ShortPause(2400), [], S),  # no speech since: nothing new to ask about
-        (VoiceFrame(2500, True, 60), [], S),
-        (ShortPause(2760), [RequestInterim()], S),
     ])
 
 
