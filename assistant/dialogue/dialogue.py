@@ -91,7 +91,7 @@ class Dialogue:
             self._seq.release()
             raise
         self._specs = SpeculationPool(backend, lambda: self._params(speculative=True),
-                                      min_clause_chars=options.min_clause_chars)
+                                      clauses=options.clauses)
         self._window = ContextWindow(backend, self.conversation, limits=(
             options.max_context_tokens, backend.max_positions))
         self._live: _LiveTurn | None = None

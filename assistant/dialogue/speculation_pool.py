@@ -21,6 +21,7 @@ from assistant.dialogue.speculation import (
     sync_reply,
 )
 from assistant.dialogue.types import SpeculationDrafted
+from assistant.speech.voice import DEFAULT_CLAUSES, ClauseRule, ReplyChunker
 from engine.events import FinishReason
 from engine.params import Priority, SamplingParams
 
@@ -35,10 +36,10 @@ class SpeculationPool:
     """See the module docstring."""
 
     def __init__(self, backend: LLMBackend, params: Callable[[], SamplingParams], *,
-                 min_clause_chars: int = 12) -> None:
+                 clauses: ClauseRule = DEFAULT_CLAUSES) -> None:
         self._backend = backend
         self._params = params
-        self._min_clause_chars = min_clause_chars
+        self._clauses = clauses
         self._specs: dict[int, Speculation] = {}
         self._dropped: set[int] = set()
         self._drafted: list[SpeculationDrafted] = []
@@ -72,8 +73,7 @@ class SpeculationPool:
             done, p_end = self._score(fork, prompt, score_ids, end_ids) if score_ids \
                 else (0, float("nan"))
             spec = Speculation(spec_id=spec_id, user_text=user_text, prompt_ids=prompt,
-                               seq=fork, base_len=len(base))
-            spec.chunker.min_clause_chars = self._min_clause_chars
+                               seq=fork, base_len=len(base), chunker=ReplyChunker(self._clauses))
             spec.job = self._backend.enqueue(fork, self._params(), prompt_ids=prompt[done:],
                                              priority=Priority.SPECULATIVE)
         except BaseException:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from assistant.dialogue.conversation import Turn
 from assistant.dialogue.loop_guard import LoopGuardOptions
+from assistant.speech.voice import DEFAULT_CLAUSES, ClauseRule
 
 __all__ = [
     "DialogueError",
@@ -38,7 +39,7 @@ class DialogueOptions:
     repetition_window: int = 64
     speculation_max_tokens: int = 24
     """Cap on a speculative draft (it normally stops at its first clause)."""
-    min_clause_chars: int = 12
+    clauses: ClauseRule = DEFAULT_CLAUSES
     """Same clause rule as TTS, so a drafted clause is the reply's first TTS chunk."""
     interrupted_marker: bool = False
     loop_guard: LoopGuardOptions = LoopGuardOptions()

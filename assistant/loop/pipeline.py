@@ -52,6 +52,7 @@ from assistant.loop.tts_worker import TtsWorker
 from assistant.loop.types import EntryCallback, PipelineError, PipelineOptions, PipelineResult
 from assistant.loop.utterances import UtteranceTracker
 from assistant.speech.listener import Listener, UtteranceAudio, UtteranceClosed, UtteranceOpened
+from assistant.speech.voice import DEFAULT_CLAUSES, ClauseRule
 from assistant.turns.events import (
     BargeIn,
     EndOfTurn,
@@ -87,7 +88,7 @@ class Pipeline:
     def __init__(self, *, host: EngineHost, dialogue: Callable[[LLMBackend], Dialogue],
                  transcriber: Any, synthesizer: Any, turn_manager: TurnManager,
                  listener: Listener, clock: Clock, sink: Sink, asr_options: Any,
-                 min_clause_chars: int = 12, options: PipelineOptions | None = None,
+                 clauses: ClauseRule = DEFAULT_CLAUSES, options: PipelineOptions | None = None,
                  on_entry: EntryCallback | None = None, name: str = "") -> None:
         """``dialogue(backend)`` builds the conversation on the engine thread of ``host``."""
         self.options = options if options is not None else PipelineOptions()
@@ -102,7 +103,7 @@ class Pipeline:
         post = self._post
         self.dialogue = DialogueClient(host, dialogue, post, name=name)
         self.asr = AsrWorker(transcriber, asr_options, post, sample_rate=listener.rate)
-        self.tts = TtsWorker(synthesizer, post, min_clause_chars=min_clause_chars)
+        self.tts = TtsWorker(synthesizer, post, clauses=clauses)
         self._stages: tuple[Any, ...] = (self.dialogue, self.asr, self.tts)
         self.utterances = UtteranceTracker(self.asr, rate=listener.rate,
                                            tail_ms=self.options.asr_tail_ms,

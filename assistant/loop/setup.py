@@ -18,6 +18,7 @@ from assistant.dialogue.dialogue import Dialogue, DialogueOptions
 from assistant.dialogue.loop_guard import LoopGuardOptions
 from assistant.loop.pipeline import EntryCallback, Pipeline, PipelineOptions
 from assistant.speech.listener import Listener
+from assistant.speech.voice import ClauseRule
 from assistant.turns.end_of_turn import EndOfTurnOptions
 from assistant.turns.interruption import InterruptionOptions
 from assistant.turns.turn_manager import TurnManager, TurnOptions
@@ -194,6 +195,11 @@ def open_live_audio(cfg: AppConfig, models: LoopModels) -> LiveAudio:
     return LiveAudio(clock, echo, sink, mic)
 
 
+def clause_rule(cfg: AppConfig) -> ClauseRule:
+    return ClauseRule(min_chars=cfg.tts.min_clause_chars,
+                      first_max_chars=cfg.tts.first_clause_max_chars)
+
+
 def dialogue_options(cfg: AppConfig) -> DialogueOptions:
     llm = cfg.llm
     return DialogueOptions(system_prompt=llm.system_prompt, max_new_tokens=llm.max_new_tokens,
@@ -201,7 +207,7 @@ def dialogue_options(cfg: AppConfig) -> DialogueOptions:
                            seed=llm.seed, stop=tuple(llm.stop),
                            repetition_penalty=llm.repetition_penalty,
                            repetition_window=llm.repetition_window,
-                           min_clause_chars=cfg.tts.min_clause_chars,
+                           clauses=clause_rule(cfg),
                            interrupted_marker=cfg.turns.interrupted_marker,
                            loop_guard=LoopGuardOptions(min_repeats=llm.loop_min_repeats,
                                                        max_ngram=llm.loop_max_ngram),
@@ -238,4 +244,4 @@ def build_pipeline(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Si
                     transcriber=models.transcriber,
                     synthesizer=models.synthesizer, turn_manager=TurnManager(turn_options(cfg)),
                     listener=listener, clock=clock, sink=sink, asr_options=asr_options,
-                    min_clause_chars=cfg.tts.min_clause_chars, options=opts, on_entry=on_entry)
+                    clauses=clause_rule(cfg), options=opts, on_entry=on_entry)

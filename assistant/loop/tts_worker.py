@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from assistant.loop.workers import Post, Worker
-from assistant.speech.voice import ReplyVoice
+from assistant.speech.voice import DEFAULT_CLAUSES, ClauseRule, ReplyVoice
 
 if TYPE_CHECKING:
     from audio.tts import SpanSynthesizer
@@ -45,9 +45,9 @@ class TtsWorker(Worker):
     """One :class:`ReplyVoice` per turn; pre-synthesises speculative clauses at low priority."""
 
     def __init__(self, synthesizer: SpanSynthesizer, post: Post, *,
-                 min_clause_chars: int = 12) -> None:
+                 clauses: ClauseRule = DEFAULT_CLAUSES) -> None:
         self.synthesizer = synthesizer
-        self.min_clause_chars = min_clause_chars
+        self.clauses = clauses
         self._voices: dict[int, ReplyVoice] = {}
         self._cancelled: set[int] = set()
         self._premade: dict[int, TTSChunk] = {}
@@ -66,7 +66,7 @@ class TtsWorker(Worker):
             premade = [self._premade[spec_id]] if spec_id in self._premade else []
             self._premade.clear()
             self._voices[turn_id] = ReplyVoice(self.synthesizer, turn_id,
-                                               min_clause_chars=self.min_clause_chars,
+                                               clauses=self.clauses,
                                                premade=premade)
         self.submit(command)
 

@@ -23,6 +23,7 @@ from assistant.serve.protocol.settings import ServedModels
 if TYPE_CHECKING:
     from assistant.app.config import AppConfig
     from assistant.loop.setup import LoopModels
+    from assistant.speech.voice import ClauseRule
 
 __all__ = ["ServeRuntime", "build_runtime", "runtime_from_models"]
 
@@ -37,7 +38,7 @@ class ServeRuntime:
     turn_options: Any
     vad_options: Any
     asr_options: Any
-    min_clause_chars: int
+    clauses: ClauseRule
     session_queue: int
     served: ServedModels
     defaults: SessionSettings
@@ -105,7 +106,7 @@ class ServeRuntime:
             transcriber=models.transcriber, synthesizer=models.synthesizer,
             turn_manager=TurnManager(self.turn_options), listener=Listener(self.vad_options, echo),
             clock=clock, sink=sink, asr_options=self.asr_options,
-            min_clause_chars=self.min_clause_chars, on_entry=on_entry, name="local-audio")
+            clauses=self.clauses, on_entry=on_entry, name="local-audio")
         log.info("local audio loop started")
         try:
             await converse(pipeline, threaded_frames(iter(mic)), stop, mic.close)
@@ -119,7 +120,7 @@ class ServeRuntime:
 
 def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
     """A runtime over already loaded models (tests and benchmarks share one load)."""
-    from assistant.loop.setup import dialogue_options, turn_options, vad_options
+    from assistant.loop.setup import clause_rule, dialogue_options, turn_options, vad_options
     from audio.streaming_asr import StreamingASROptions
 
     voice = Path(str(getattr(models.synthesizer, "model_path", "voice"))).name
@@ -144,7 +145,7 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
         dialogue_options=dialogue_options(cfg), turn_options=turn_options(cfg),
         vad_options=vad_options(cfg),
         asr_options=StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms),
-        min_clause_chars=cfg.tts.min_clause_chars, session_queue=cfg.server.session_queue,
+        clauses=clause_rule(cfg), session_queue=cfg.server.session_queue,
         served=served, defaults=defaults, audio_delta_ms=cfg.server.audio_delta_ms,
         audio_lead_ms=cfg.server.audio_lead_ms,
     )

@@ -13,17 +13,37 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from audio.clauses import Clause, ClauseChunker
 from audio.tts import SpanSynthesizer
 from audio.word_timing import TTSChunk
 
-__all__ = ["ReplyVoice", "ReplyChunker", "premade_clause", "FIRST_CLAUSE_MAX_CHARS"]
+__all__ = ["ReplyVoice", "ReplyChunker", "ClauseRule", "DEFAULT_CLAUSES", "premade_clause",
+           "close_seam"]
 
-FIRST_CLAUSE_MAX_CHARS = 60
-"""The first clause of a reply is cut at a space once it passes this many characters
-(about a dozen words), so its synthesis -- the first audio -- starts sooner; later clauses
-use the normal limit and keep whole-sentence prosody."""
+
+@dataclass(frozen=True)
+class ClauseRule:
+    """Where a reply's text is cut for synthesis (``config.yaml``'s ``tts:``)."""
+
+    min_chars: int = 12
+    """A comma, semicolon, colon or dash ends a clause once it has this many characters
+    (a sentence end always does)."""
+    first_max_chars: int = 32
+    """The first clause is cut at a space once it passes this many characters (about six
+    words): the first audio waits for its generation and its synthesis, both about
+    proportional to its length (bench/bench_loop.py: 32 against 60 took ~100 ms off the
+    voice-to-voice median). Later clauses keep whole-sentence prosody."""
+    max_chars: int = 240
+    """Later clauses are cut at a space once they pass this many characters."""
+
+    def __post_init__(self) -> None:
+        if self.min_chars < 0 or self.first_max_chars < 1 or self.max_chars < 1:
+            raise ValueError(f"bad clause rule {self}")
+
+
+DEFAULT_CLAUSES = ClauseRule()
 
 
 class ReplyChunker:
@@ -36,20 +56,10 @@ class ReplyChunker:
     normal limit applies from the next clause on.
     """
 
-    def __init__(self, min_clause_chars: int = 12, max_clause_chars: int = 240, *,
-                 first_max_chars: int = FIRST_CLAUSE_MAX_CHARS) -> None:
-        self._max = max_clause_chars
-        self._inner = ClauseChunker(min_clause_chars, min(max_clause_chars, first_max_chars))
+    def __init__(self, rule: ClauseRule = DEFAULT_CLAUSES) -> None:
+        self._max = rule.max_chars
+        self._inner = ClauseChunker(rule.min_chars, min(rule.max_chars, rule.first_max_chars))
         self._first_done = False
-
-    @property
-    def min_clause_chars(self) -> int:
-        return self._inner.min_clause_chars
-
-    @min_clause_chars.setter
-    def min_clause_chars(self, value: int) -> None:
-        self._inner.min_clause_chars = value
-        self._inner.max_clause_chars = max(self._inner.max_clause_chars, value + 1)
 
     @property
     def text(self) -> str:
@@ -74,9 +84,25 @@ class ReplyChunker:
         return self._inner.flush()
 
 
-def premade_clause(text: str, min_clause_chars: int) -> Clause | None:
+SEAM_TAIL_MS = 30
+"""Audio kept after the last word of a clause cut mid-phrase (see :func:`close_seam`)."""
+
+
+def close_seam(chunk: TTSChunk) -> TTSChunk:
+    """A clause cut at a space, mid-phrase, without the silence the voice ends every
+    utterance with (Piper: 130-200 ms, plus 40-60 ms before the next one's first word):
+    the next clause then follows as within one sentence, not after a pause."""
+    if not chunk.words:
+        return chunk
+    end = chunk.words[-1].end_sample + chunk.sample_rate * SEAM_TAIL_MS // 1000
+    if end >= chunk.num_samples:
+        return chunk
+    return dataclasses.replace(chunk, pcm=chunk.pcm[:end])
+
+
+def premade_clause(text: str, rule: ClauseRule = DEFAULT_CLAUSES) -> Clause | None:
     """The first clause the reply chunker cuts from a reply starting with ``text``."""
-    chunker = ReplyChunker(min_clause_chars)
+    chunker = ReplyChunker(rule)
     clauses = chunker.feed(text)
     return clauses[0] if clauses else None
 
@@ -85,11 +111,11 @@ class ReplyVoice:
     """Synthesise one reply clause by clause (see the module docstring)."""
 
     def __init__(self, synthesizer: SpanSynthesizer, turn_id: int, *,
-                 min_clause_chars: int = 12, max_clause_chars: int = 240,
+                 clauses: ClauseRule = DEFAULT_CLAUSES,
                  premade: Sequence[TTSChunk] = ()) -> None:
         self.synthesizer = synthesizer
         self.turn_id = turn_id
-        self._chunker = ReplyChunker(min_clause_chars, max_clause_chars)
+        self._chunker = ReplyChunker(clauses)
         self._premade = {(c.char_start, c.text): c for c in premade}
         self._chunks: list[TTSChunk] = []
         self._next_sample = 0
@@ -141,6 +167,8 @@ class ReplyVoice:
                     start_sample=self._next_sample, word_index=self._next_word)
             if chunk is None:
                 continue
+            if not clause.sentence_end and clause.text.rstrip()[-1:].isalnum():
+                chunk = close_seam(chunk)
             self._next_sample = chunk.end_sample
             self._next_word += len(chunk.words)
             self._chunks.append(chunk)

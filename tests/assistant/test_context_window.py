@@ -10,6 +10,7 @@ import pytest
 from assistant.dialogue.dialogue import Dialogue, DialogueError, DialogueOptions
 from assistant.dialogue.types import ReplyDelta
 from assistant.llm.local import LocalBackend
+from assistant.speech.voice import ClauseRule
 from engine.chat_template import ChatTemplate
 from tests.engine.fake_runner import ByteTokenizer, assert_cache_matches, make_engine
 from tests.replay.fakes import END, START, chatml, scripted_next_token, scripted_reply
@@ -22,7 +23,7 @@ def make(limit: int, num_pages: int = 512, max_new: int = 80) -> tuple[Any, Any,
                                  next_token=scripted_next_token(tok, scripted_reply))
     dialogue = Dialogue(LocalBackend(engine), ChatTemplate(tok, render=chatml), DialogueOptions(
         system_prompt="Be brief.", max_new_tokens=max_new, max_context_tokens=limit,
-        user_turn_allowance=40, min_clause_chars=6))
+        user_turn_allowance=40, clauses=ClauseRule(min_chars=6)))
     return engine, runner, dialogue
 
 

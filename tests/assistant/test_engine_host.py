@@ -236,6 +236,7 @@ def test_an_idle_host_does_no_steps_and_a_closed_host_refuses_work() -> None:
 
 
 def _tight_host(num_pages: int) -> tuple[EngineHost, Any, Callable[[LLMBackend], Dialogue]]:
+    from assistant.speech.voice import ClauseRule
     from engine.chat_template import ChatTemplate
     from tests.engine.fake_runner import ByteTokenizer, make_engine
     from tests.replay.fakes import END, START, chatml, scripted_next_token
@@ -244,8 +245,10 @@ def _tight_host(num_pages: int) -> tuple[EngineHost, Any, Callable[[LLMBackend],
     engine, _ = make_engine(page_size=4, num_pages=num_pages, vocab_size=tok.vocab_size,
                             eos_token_ids=(tok.special_ids[END],), tokenizer=tok,
                             next_token=scripted_next_token(tok, scripted_reply))
+    # A draft's first clause up to 60 characters: the page counts below are its pages.
     build = scripted_dialogue(ChatTemplate(tok, render=chatml), max_new_tokens=120,
-                              speculation_max_tokens=40)
+                              speculation_max_tokens=40,
+                              clauses=ClauseRule(min_chars=6, first_max_chars=60))
     return EngineHost(LocalBackend(engine)), engine, build
 
 

@@ -18,7 +18,7 @@ from assistant.loop.metrics import compute_metrics, percentile
 from assistant.loop.playback import ReplyPlayback
 from assistant.loop.tts_worker import Presynthesized, SpeechChunk, TtsWorker
 from assistant.loop.workers import Worker, WorkerFailed
-from assistant.speech.voice import ReplyVoice, premade_clause
+from assistant.speech.voice import ClauseRule, ReplyVoice, premade_clause
 from audio.clock import VirtualClock
 from audio.sinks import NullSink
 from audio.streaming_asr import StreamingASROptions
@@ -137,12 +137,12 @@ def test_playback_tracks_its_own_span_and_barge_in_arithmetic() -> None:
 def test_reply_voice_reuses_a_matching_premade_clause() -> None:
     synth = ToneSynthesizer()
     text = "Sure, here it is. And more text follows."
-    clause = premade_clause(text, 6)
+    clause = premade_clause(text, ClauseRule(min_chars=6))
     assert clause is not None and clause.char_start == 0
     premade = synth.synthesize_span(clause.text, turn_id=0)
     assert premade is not None
     synth.spans.clear()
-    v = ReplyVoice(synth, turn_id=9, min_clause_chars=6, premade=[premade])
+    v = ReplyVoice(synth, turn_id=9, clauses=ClauseRule(min_chars=6), premade=[premade])
     chunks = [c for piece in (text[:7], text[7:20], text[20:]) for c in v.feed(piece)]
     chunks += v.finish()
     assert v.reused == 1 and clause.text not in synth.spans
@@ -160,7 +160,7 @@ def test_reply_voice_ignores_a_premade_clause_that_does_not_match() -> None:
     other = synth.synthesize_span("Something else, entirely.", turn_id=0)
     assert other is not None
     synth.spans.clear()
-    v = ReplyVoice(synth, turn_id=1, min_clause_chars=6, premade=[other])
+    v = ReplyVoice(synth, turn_id=1, clauses=ClauseRule(min_chars=6), premade=[other])
     v.feed("Hello there, friend. ")
     v.finish()
     assert v.reused == 0 and synth.spans
@@ -224,9 +224,9 @@ class _GatedTones(ToneSynthesizer):
 def test_a_reply_speaks_a_running_presynthesis_and_skips_a_queued_one() -> None:
     posted: list[object] = []
     synth = _GatedTones()
-    w = TtsWorker(synth, posted.append, min_clause_chars=6)
+    w = TtsWorker(synth, posted.append, clauses=ClauseRule(min_chars=6))
     text = "Sure, here it is. And more text follows."
-    clause = premade_clause(text, 6)
+    clause = premade_clause(text, ClauseRule(min_chars=6))
     assert clause is not None
     try:
         w.presynthesize(1, clause.text)
@@ -270,3 +270,28 @@ def test_the_asr_worker_decodes_the_same_audio_once_at_a_pause() -> None:
         w.close()
     texts = [p.text for p in posted if isinstance(p, (AsrPreview, AsrFinal))]
     assert len(texts) == 4 and len(set(texts)) == 1 and texts[0]
+
+
+class _TailedTones(ToneSynthesizer):
+    """Tones followed by 200 ms of silence, as a voice ends every utterance."""
+
+    def synthesize_span(self, text: str, **kw: typing.Any) -> typing.Any:
+        chunk = super().synthesize_span(text, **kw)
+        tail = np.zeros(RATE // 5, np.int16)
+        return dataclasses.replace(chunk, pcm=np.concatenate([chunk.pcm, tail]))
+
+
+def test_a_clause_cut_mid_phrase_loses_its_trailing_silence() -> None:
+    synth = _TailedTones()
+    v = ReplyVoice(synth, turn_id=1, clauses=ClauseRule(min_chars=6, first_max_chars=16))
+    text = "Once upon a time there lived a dragon, who was brave. "
+    chunks = v.feed(text) + v.finish()
+    assert [c.text.strip() for c in chunks] == [
+        "Once upon a time", "there lived a dragon,", "who was brave."]
+    first, comma, last = chunks
+    # Cut at a space: kept to 30 ms after its last word. At a comma or a sentence end
+    # the voice's own pause stays.
+    assert first.num_samples == first.words[-1].end_sample + RATE * 30 // 1000
+    assert comma.num_samples == comma.words[-1].end_sample + RATE // 5
+    assert last.num_samples == last.words[-1].end_sample + RATE // 5
+    assert [c.start_sample for c in chunks[1:]] == [c.end_sample for c in chunks[:-1]]

@@ -12,6 +12,7 @@ import pytest
 from assistant.dialogue.dialogue import Dialogue, DialogueOptions, ReplyDelta, SpeculationDrafted
 from assistant.dialogue.speculation import common_prefix_len, resolve
 from assistant.llm.local import LocalBackend
+from assistant.speech.voice import ClauseRule
 from engine.chat_template import ChatTemplate
 from tests.engine.fake_runner import ByteTokenizer, FakeRunner, assert_cache_matches, make_engine
 from tests.replay.fakes import END, START, chatml, scripted_next_token
@@ -34,7 +35,7 @@ class Harness:
         self.template = ChatTemplate(self.tok, render=chatml)
         self.dialogue = Dialogue(LocalBackend(self.engine), self.template, DialogueOptions(
             system_prompt="Be brief.", max_new_tokens=200, speculation_max_tokens=spec_tokens,
-            min_clause_chars=6, interrupted_marker=marker, score_end_of_turn=scoring))
+            clauses=ClauseRule(min_chars=6), interrupted_marker=marker, score_end_of_turn=scoring))
 
     def step(self) -> list[ReplyDelta | SpeculationDrafted]:
         """One engine step, then the dialogue collects (as on the engine thread)."""

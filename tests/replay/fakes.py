@@ -20,6 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from assistant.dialogue.dialogue import Dialogue, DialogueOptions
+from assistant.speech.voice import ClauseRule
 from audio.word_timing import TTSChunk, WordTiming, split_words
 from engine.chat_template import ChatTemplate, Message
 from tests.engine.fake_runner import ByteTokenizer, make_engine
@@ -142,7 +143,7 @@ def scripted_dialogue(template: ChatTemplate, **options: object
                       ) -> Callable[[LLMBackend], Dialogue]:
     """Builds the conversation (on the engine thread) over the scripted engine."""
     base: dict[str, object] = {"system_prompt": "Be brief.", "max_new_tokens": 400,
-                               "min_clause_chars": 6}
+                               "clauses": ClauseRule(min_chars=6)}
     opts = DialogueOptions(**{**base, **options})  # type: ignore[arg-type]
     return lambda backend: Dialogue(backend, template, opts)
 

@@ -19,6 +19,7 @@ from assistant.llm.local import LocalBackend
 from assistant.loop import event_log as log
 from assistant.loop.pipeline import Pipeline, PipelineOptions, PipelineResult
 from assistant.speech.listener import Listener
+from assistant.speech.voice import ClauseRule
 from assistant.turns.turn_manager import TurnManager, TurnOptions
 from audio.chunk import AudioChunk
 from audio.clock import VirtualClock
@@ -67,7 +68,7 @@ async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize:
         host=host, dialogue=scripted_dialogue(template), transcriber=CountingTranscriber(),
         synthesizer=synth,
         turn_manager=TurnManager(turns), listener=Listener(VAD, None, ToneClassifier()),
-        clock=clock, sink=sink, asr_options=StreamingASROptions(), min_clause_chars=6,
+        clock=clock, sink=sink, asr_options=StreamingASROptions(), clauses=ClauseRule(min_chars=6),
         options=PipelineOptions(virtual=True, presynthesize=presynthesize))
     try:
         for start in range(0, signal.size - FRAME + 1, FRAME):

@@ -62,6 +62,21 @@ def test_sink_sends_each_chunk_with_its_words_and_models_playback_on_the_clock()
     assert sink.stop() == 2205
 
 
+def test_a_chunk_written_without_its_trailing_silence_still_carries_its_words() -> None:
+    # A clause cut mid-phrase is written shorter than synthesised (`close_seam`).
+    clock = VirtualClock(16000)
+    voice = FakeVoice()
+    recorder = RecordingSynthesizer(voice)
+    sent: list[tuple[int, str, bytes]] = []
+    sink = NetworkSink(clock, 22050, recorder=recorder, current_turn=lambda: 7,
+                       emit=lambda t, text, pcm: sent.append((t, text, pcm)), delta_ms=200)
+    voice.next = [_chunk(7, "Hello,", 0, 4410)]
+    tts = recorder.synthesize_span("x")
+    assert tts is not None
+    sink.write(AudioChunk(tts.pcm[:2205].astype(np.float32) / 32768, 22050, 0))
+    assert [(t, text, len(p) // 2) for t, text, p in sent] == [(7, "Hello,", 2400)]
+
+
 def test_sink_sends_a_long_chunk_in_pieces_of_delta_ms_with_its_text_first() -> None:
     clock = VirtualClock(16000)
     voice = FakeVoice()

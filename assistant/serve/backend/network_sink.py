@@ -210,7 +210,9 @@ class NetworkSink:
         if index >= len(recorded):
             return "", None
         tts = recorded[index]
-        if (tts.num_samples, tts.start_sample) != (chunk.num_samples, chunk.start_sample):
+        # The chunk as written may end earlier than as synthesised (a clause cut
+        # mid-phrase loses the voice's trailing silence: `close_seam`), never later.
+        if tts.start_sample != chunk.start_sample or chunk.num_samples > tts.num_samples:
             return "", None
         text = tts.text if last_end < 0 or tts.char_start <= last_end else f" {tts.text}"
         self._matched[turn] = (index + 1, tts.char_end)

@@ -158,7 +158,7 @@ class PipelineBackend:
             clock=self._clock,
             sink=self._sink,
             asr_options=rt.asr_options,
-            min_clause_chars=rt.min_clause_chars,
+            clauses=rt.clauses,
             options=PipelineOptions(presynthesize=False),
             on_entry=self._on_entry,
         )
