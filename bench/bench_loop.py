@@ -22,7 +22,7 @@ interruptions (stopped within one buffer, committed how long after the speech be
 the gap heard on a resume, and engine sequence == history after every case.
 
     .venv/bin/python bench/bench_loop.py [--questions N] [--keep DIR] [--weights bf16]
-    .venv/bin/python bench/bench_loop.py --interruptions [--realtime]
+    .venv/bin/python bench/bench_loop.py --interruptions [--realtime] [--interim-every-ms 100]
 """
 
 from __future__ import annotations
@@ -186,13 +186,20 @@ def run_case(models: LoopModels, cfg: AppConfig, case: Case, tmp: Path,
     return out
 
 
-def interruption_bench(models: LoopModels, realtime: bool) -> None:
+def interruption_bench(models: LoopModels, realtime: bool,
+                       interim_every_ms: tuple[int, ...] = ()) -> None:
     cases = interruption_cases()
     results: dict[str, list[tuple[Case, CaseResult]]] = {}
+    modes: list[tuple[str, dict[str, object]]] = [
+        ("immediate", {"turns.interruption": "immediate"}),
+        ("tentative", {"turns.interruption": "tentative"})]
+    modes += [(f"tentative, interims every {n} ms", {"turns.interruption": "tentative",
+                                                      "turns.interim_every_ms": n})
+              for n in interim_every_ms]
     with tempfile.TemporaryDirectory() as tmp:
-        for mode in ("immediate", "tentative"):
-            cfg = load_config(default_config_path(), env={}, overrides={
-                "turns.interruption": mode, "llm.max_new_tokens": 50})
+        for mode, overrides in modes:
+            cfg = load_config(default_config_path(), env={},
+                              overrides={**overrides, "llm.max_new_tokens": 50})
             results[mode] = []
             for case in cases:
                 print(f"{mode}: {case.label} ...", file=sys.stderr)
@@ -250,6 +257,10 @@ def main() -> int:
     parser.add_argument("--asr-window-s", type=float, default=None,
                         help="also run the semantic end of turn with this asr.window_s "
                              "(0: Whisper's stock 30 s window)")
+    parser.add_argument("--interim-every-ms", type=lambda v: [int(x) for x in v.split(",")],
+                        default=[], metavar="MS",
+                        help="with --interruptions: also run tentative with these "
+                             "turns.interim_every_ms (comma-separated)")
     parser.add_argument("--weights", type=lambda v: [f for f in v.split(",") if f],
                         default=[], metavar="FORMATS",
                         help="also run the semantic end of turn on the engine loaded in "
@@ -260,7 +271,7 @@ def main() -> int:
     # The interruption set compares modes on the same audio: Piper without its noise.
     models = load_models(base, deterministic_tts=args.interruptions)
     if args.interruptions:
-        interruption_bench(models, args.realtime)
+        interruption_bench(models, args.realtime, tuple(args.interim_every_ms))
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         wav = (args.keep or Path(tmp)) / "bench_loop_input.wav"

@@ -221,7 +221,8 @@ def turn_options(cfg: AppConfig) -> TurnOptions:
                        end_of_turn=end_of_turn_options(cfg),
                        interruption=InterruptionOptions(
                            mode=t.interruption, backchannels=tuple(t.backchannels),
-                           max_backchannel_ms=t.max_backchannel_ms))
+                           max_backchannel_ms=t.max_backchannel_ms,
+                           interim_every_ms=t.interim_every_ms))
 
 
 def build_pipeline(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Sink,

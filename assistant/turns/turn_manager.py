@@ -119,6 +119,11 @@ class _Candidate:
     """Speech heard while the assistant holds the floor, not yet an interruption."""
 
     voiced_ms: int
+    """Continuous speech: a short pause resets it."""
+    heard_ms: int = 0
+    """All its speech, across short pauses."""
+    interim_at_ms: int = 0
+    """``heard_ms`` at which its words are next asked for (0: not yet set)."""
     text: str | None = None
     """Its latest interim transcript."""
 
@@ -222,7 +227,8 @@ class TurnManager:
             self._open_utterance()
             self._set_state(State.USER_SPEAKING, ev.t_ms, out)
         elif self._assistant_has_floor() and self._candidate is None:
-            self._candidate = _Candidate(voiced_ms=max(0, ev.voiced_ms))
+            voiced = max(0, ev.voiced_ms)
+            self._candidate = _Candidate(voiced_ms=voiced, heard_ms=voiced)
             self._check_candidate(ev.t_ms, out)
         # In user_speaking the utterance is already open: nothing to do.
 
@@ -276,10 +282,14 @@ class TurnManager:
                 if self._paused_reply is paused:  # still undecided
                     self._request_interim(paused, out)
             return
-        if self._candidate is None or not ev.voiced:
+        cand = self._candidate
+        if cand is None or not ev.voiced:
             return
-        self._candidate.voiced_ms += max(0, ev.duration_ms)
+        cand.voiced_ms += max(0, ev.duration_ms)
+        cand.heard_ms += max(0, ev.duration_ms)
         self._check_candidate(ev.t_ms + ev.duration_ms, out)
+        if self._candidate is cand:
+            self._ask_burst_words(cand, out)
 
     def _on_short_pause(self, ev: ShortPause, out: list[TurnAction]) -> None:
         if self._paused_reply is not None:
@@ -287,7 +297,8 @@ class TurnManager:
             out.append(RequestPartial())  # what was said, to decide on
             self._decide_pause(ev.t_ms, out)
         elif self._candidate is not None:
-            self._candidate.voiced_ms = 0  # interruptions need continuous speech
+            self._candidate.voiced_ms = 0  # an interruption is continuous speech ...
+            self._ask_burst_words(self._candidate, out)  # ... or words in bursts
         elif self._state is State.USER_SPEAKING and not self._paused:
             self._enter_pause(out)
 
@@ -444,6 +455,21 @@ class TurnManager:
             self._set_state(State.LISTENING, ev.t_ms, out)
 
     # ------------------------------------------------------------------ helpers
+
+    def _ask_burst_words(self, cand: _Candidate, out: list[TurnAction]) -> None:
+        """Speech in short bursts, each under ``barge_in_min_ms`` ("Stop, please." in a
+        noisy room comes through the echo gate as two ~150 ms bursts): once the bursts
+        add up to ``barge_in_min_ms``, their words are asked for, and again every
+        ``interim_every_ms`` of speech; real words interrupt (`_on_interim`), a cough
+        (no words) or a backchannel does not. One short burst alone never counts."""
+        step = self.options.interruption.interim_every_ms
+        if step <= 0 or cand.heard_ms <= cand.voiced_ms:
+            return  # one continuous burst so far: barge_in_min_ms decides
+        threshold = max(cand.interim_at_ms, self.options.barge_in_min_ms)
+        if cand.heard_ms < threshold:
+            return
+        out.append(RequestInterim())
+        cand.interim_at_ms = cand.heard_ms + step
 
     def _check_candidate(self, t_ms: int, out: list[TurnAction]) -> None:
         cand = self._candidate

@@ -17,9 +17,11 @@ from assistant.turns.events import (
     EndOfTurn,
     FinalizeUtterance,
     FinalTranscript,
+    InterimTranscript,
     Interrupt,
     PartialTranscript,
     PlaybackDone,
+    RequestInterim,
     RequestPartial,
     ShortPause,
     SpeechResumed,
@@ -160,11 +162,48 @@ def test_short_pause_resets_a_candidate() -> None:
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (VoiceFrame(2000, True, 60), [], S),
-        (ShortPause(2300), [], S),  # no RequestPartial while the assistant speaks
-        (VoiceFrame(2400, True, 60), [], S),  # 60 < 200 since the reset
+        # No preview (no speculation while the assistant speaks); one short burst
+        # (120 + 60 ms) is not asked about.
+        (ShortPause(2300), [], S),
+        # 60 < 200 since the reset; the bursts add up to 240: their words are asked for.
+        (VoiceFrame(2400, True, 60), [RequestInterim()], S),
         (VoiceFrame(2460, True, 60), [], S),
         (VoiceFrame(2520, True, 60), [], S),
         (VoiceFrame(2580, True, 60), [BargeIn(1, 2640), sc(2640, S, U)], U),
+    ])
+
+
+def test_words_of_short_bursts_interrupt() -> None:
+    # "Stop, please." in a noisy room: two bursts, each under barge_in_min_ms, that add
+    # up to it: their words are asked for once they do.
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (ShortPause(2200), [], S),  # 120 ms: one short burst does not count
+        (VoiceFrame(2300, True, 60), [], S),  # 180
+        (VoiceFrame(2360, True, 60), [RequestInterim()], S),  # 240 >= 200
+        (VoiceFrame(2420, True, 60), [], S),  # next ask 200 ms of speech later
+        (InterimTranscript(2450, "Stop, ple"), [BargeIn(1, 2450), sc(2450, S, U)], U),
+    ])
+    # A cough's bursts have no words: nothing happens; each 200 ms more is asked about.
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (ShortPause(2200), [], S),
+        (VoiceFrame(2300, True, 100), [RequestInterim()], S),  # 220
+        (InterimTranscript(2350, ""), [], S),
+        (ShortPause(2400), [], S),  # 220 < 420: nothing new to ask about
+        (VoiceFrame(2500, True, 100), [], S),  # 320
+        (ShortPause(2700), [], S),
+        (VoiceFrame(2800, True, 100), [RequestInterim()], S),  # 420
+    ])
+    # A backchannel's words do not interrupt either.
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (ShortPause(2200), [], S),
+        (VoiceFrame(2300, True, 100), [RequestInterim()], S),
+        (InterimTranscript(2350, "Mm-hmm."), [], S),
     ])
 
 
