@@ -195,7 +195,7 @@ class TurnsConfig(_Section):
     max_backchannel_ms: int = Field(1200, gt=0)
     interim_every_ms: int = Field(200, ge=0)
     """Speech over the reply: its words are decoded at its pause and again after each
-    this much more voiced speech; short bursts, each under ``barge_in_min_ms``, once
+    this much more speech; short bursts, each under ``barge_in_min_ms``, once
     they add up to it (0: only the display partials decide)."""
 
 

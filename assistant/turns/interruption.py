@@ -64,7 +64,7 @@ class InterruptionOptions:
     """More words than this is a real interruption, even if each is a backchannel."""
     interim_every_ms: int = 200
     """While a reply is paused, ask ASR for the speech's words at the pause and again
-    after each this much more voiced speech (0: wait for the display partials)."""
+    after each this much more speech (0: wait for the display partials)."""
     min_word_p: float = 0.3
     """A transcript of at most ``max_words`` words whose lowest word probability is under
     this is a guess (:func:`guessed`): Whisper guesses at a fraction of a second of

@@ -41,7 +41,7 @@ Rules
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from assistant.turns.end_of_turn import EndOfTurnOptions, endpoint_silence_ms
@@ -115,15 +115,36 @@ def join_text(head: str, tail: str) -> str:
 
 
 @dataclass
+class _Span:
+    """How long speech has been going on: its voiced frames and the unvoiced ones
+    between them (a consonant, a dip under the room noise), not those in its pauses nor
+    the trailing ones before a pause is detected."""
+
+    ms: int = 0
+    _gap: int = 0
+
+    def add(self, duration_ms: int, voiced: bool, *, in_pause: bool) -> None:
+        if voiced:
+            self.ms += duration_ms + (0 if in_pause else self._gap)
+            self._gap = 0
+        elif not in_pause:
+            self._gap += duration_ms
+
+    def pause(self) -> None:
+        self._gap = 0
+
+
+@dataclass
 class _Candidate:
     """Speech heard while the assistant holds the floor, not yet an interruption."""
 
     voiced_ms: int
-    """Continuous speech: a short pause resets it."""
-    heard_ms: int = 0
-    """All its speech, across short pauses."""
+    """Continuous voiced speech: a short pause resets it."""
+    heard: _Span = field(default_factory=_Span)
+    in_pause: bool = False
+    bursts: int = 1
     interim_at_ms: int = 0
-    """``heard_ms`` at which its words are next asked for (0: not yet set)."""
+    """``heard.ms`` at which its words are next asked for (0: not yet set)."""
     text: str | None = None
     """Its latest interim transcript."""
 
@@ -142,8 +163,10 @@ class _Paused:
     finalized: bool = False
     """The VAD ended the speech and its final transcript is pending."""
     speech_end_ms: int = 0
+    speech: _Span = field(default_factory=_Span)
+    """How long the speech has been going on since the reply paused."""
     interim_at_ms: int = 0
-    """Voiced time at which to ask for the next interim transcript."""
+    """``speech.ms`` at which to ask for the next interim transcript."""
 
     def facts(self) -> InterruptionFacts:
         return InterruptionFacts(self.voiced_ms, self.speech_ended, self.text, self.word_p)
@@ -228,13 +251,16 @@ class TurnManager:
             self._set_state(State.USER_SPEAKING, ev.t_ms, out)
         elif self._assistant_has_floor() and self._candidate is None:
             voiced = max(0, ev.voiced_ms)
-            self._candidate = _Candidate(voiced_ms=voiced, heard_ms=voiced)
+            self._candidate = _Candidate(voiced_ms=voiced, heard=_Span(voiced))
             self._check_candidate(ev.t_ms, out)
         # In user_speaking the utterance is already open: nothing to do.
 
     def _on_speech_resumed(self, ev: SpeechResumed, out: list[TurnAction]) -> None:
         if self._paused_reply is not None:
             self._paused_reply.speech_ended = False
+        elif self._candidate is not None:
+            self._candidate.in_pause = False
+            self._candidate.bursts += 1
         elif self._state is State.USER_SPEAKING:
             self._paused = False
 
@@ -275,29 +301,35 @@ class TurnManager:
 
     def _on_voice_frame(self, ev: VoiceFrame, out: list[TurnAction]) -> None:
         paused = self._paused_reply
+        duration = max(0, ev.duration_ms)
         if paused is not None:
+            paused.speech.add(duration, ev.voiced, in_pause=paused.speech_ended)
             if ev.voiced:
-                paused.voiced_ms += max(0, ev.duration_ms)
-                self._decide_pause(ev.t_ms + ev.duration_ms, out)
-                if self._paused_reply is paused:  # still undecided
-                    self._request_interim(paused, out)
+                paused.voiced_ms += duration
+                self._decide_pause(ev.t_ms + duration, out)
+            if self._paused_reply is paused:  # still undecided
+                self._request_interim(paused, out)
             return
         cand = self._candidate
-        if cand is None or not ev.voiced:
+        if cand is None:
             return
-        cand.voiced_ms += max(0, ev.duration_ms)
-        cand.heard_ms += max(0, ev.duration_ms)
-        self._check_candidate(ev.t_ms + ev.duration_ms, out)
+        cand.heard.add(duration, ev.voiced, in_pause=cand.in_pause)
+        if ev.voiced:
+            cand.voiced_ms += duration
+            self._check_candidate(ev.t_ms + duration, out)
         if self._candidate is cand:
             self._ask_burst_words(cand, out)
 
     def _on_short_pause(self, ev: ShortPause, out: list[TurnAction]) -> None:
         if self._paused_reply is not None:
             self._paused_reply.speech_ended = True
+            self._paused_reply.speech.pause()
             out.append(RequestPartial())  # what was said, to decide on
             self._decide_pause(ev.t_ms, out)
         elif self._candidate is not None:
             self._candidate.voiced_ms = 0  # an interruption is continuous speech ...
+            self._candidate.in_pause = True
+            self._candidate.heard.pause()
             self._ask_burst_words(self._candidate, out)  # ... or words in bursts
         elif self._state is State.USER_SPEAKING and not self._paused:
             self._enter_pause(out)
@@ -463,13 +495,13 @@ class TurnManager:
         ``interim_every_ms`` of speech; real words interrupt (`_on_interim`), a cough
         (no words) or a backchannel does not. One short burst alone never counts."""
         step = self.options.interruption.interim_every_ms
-        if step <= 0 or cand.heard_ms <= cand.voiced_ms:
+        if step <= 0 or (cand.bursts < 2 and not cand.in_pause):
             return  # one continuous burst so far: barge_in_min_ms decides
         threshold = max(cand.interim_at_ms, self.options.barge_in_min_ms)
-        if cand.heard_ms < threshold:
+        if cand.heard.ms < threshold:
             return
         out.append(RequestInterim())
-        cand.interim_at_ms = cand.heard_ms + step
+        cand.interim_at_ms = cand.heard.ms + step
 
     def _check_candidate(self, t_ms: int, out: list[TurnAction]) -> None:
         cand = self._candidate
@@ -522,12 +554,14 @@ class TurnManager:
 
     def _request_interim(self, paused: _Paused, out: list[TurnAction]) -> None:
         """The speech's words so far, at the pause and every ``interim_every_ms`` of
-        voiced speech after it, until the speech ends (its final decides then)."""
+        speech after it (a guess is passed over: the next decode has more audio), until
+        the speech ends (its words are asked for then, and its final decides)."""
         step = self.options.interruption.interim_every_ms
-        if step <= 0 or paused.finalized or paused.voiced_ms < paused.interim_at_ms:
+        if (step <= 0 or paused.finalized or paused.speech_ended
+                or paused.speech.ms < paused.interim_at_ms):
             return
         out.append(RequestInterim())
-        paused.interim_at_ms = paused.voiced_ms + step
+        paused.interim_at_ms = paused.speech.ms + step
 
     def _resume(self, t_ms: int, out: list[TurnAction]) -> None:
         paused = self._paused_reply

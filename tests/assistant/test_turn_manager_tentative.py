@@ -88,6 +88,34 @@ def test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_o
     ], options)
 
 
+def test_the_next_interim_is_asked_for_after_speech_time_not_only_voiced_frames() -> None:
+    # Speech in room noise: many of its frames are under the noise margin (unvoiced).
+    # An interim guess is passed over; the next decode, 200 ms of speech later, decides.
+    options = TurnOptions(barge_in_min_ms=200, speculate=True,
+                          interruption=InterruptionOptions(mode="tentative",
+                                                           interim_every_ms=200))
+    start = [
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (VoiceFrame(2000, True, 40), [], S),
+        (VoiceFrame(2040, True, 40), [PauseReply(1, 2080), RequestInterim()], S),
+        (InterimTranscript(2100, "Wait.", word_p=0.1), [], S),  # a guess
+    ]
+    run_table([
+        *start,
+        (VoiceFrame(2080, False, 120), [], S),  # under the noise
+        (VoiceFrame(2200, True, 80), [RequestInterim()], S),  # 200 ms of speech
+        (InterimTranscript(2300, "Wait, what", word_p=0.6),
+         [BargeIn(1, 2080, paused=True), sc(2300, S, U)], U),
+    ], options)
+    # Unvoiced frames after the last voiced one are not speech (yet): no decode.
+    run_table([
+        *start,
+        (VoiceFrame(2080, True, 20), [], S),
+        (VoiceFrame(2100, False, 300), [], S),
+    ], options)
+
+
 def test_an_interim_guess_decides_nothing_and_the_final_transcript_decides() -> None:
     # From a fraction of a second of "Right." Whisper guessed "Run!" (word probability
     # 0.1): no cut; the words heard with confidence resume the reply.
