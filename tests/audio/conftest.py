@@ -1,6 +1,6 @@
 """Real packaged models, loaded once per test session and shared by the audio tests.
 
-``piper_voice`` is the raw ``piper.PiperVoice`` (loaded with alignments) and
+``piper_voice`` is the raw ``piper.PiperVoice`` (loaded as the product loads it) and
 ``whisper_model`` the raw ``faster_whisper.WhisperModel``; ``synthesizer`` and
 ``transcriber`` wrap those same instances, so each model loads once.
 """
@@ -13,15 +13,13 @@ from typing import Any
 import pytest
 
 from audio.asr import ASROptions, Transcriber
-from audio.tts import Synthesizer, TTSOptions
+from audio.tts import Synthesizer, TTSOptions, load_piper_voice
 
 
 @pytest.fixture(scope="session")
 def piper_voice(piper_voice_paths: tuple[Path, Path]) -> Any:
-    from piper import PiperVoice
-
     onnx, config = piper_voice_paths
-    return PiperVoice.load(onnx, config_path=config, include_alignments=True)
+    return load_piper_voice(onnx, config)
 
 
 @pytest.fixture(scope="session")

@@ -184,6 +184,16 @@ def test_synthesize_streams_one_chunk_per_sentence_with_word_tables(synthesizer:
     assert np.mean(long) > 1.5 * np.mean(short)
 
 
+def test_the_voice_session_has_word_alignments_and_idle_threads_sleep(
+        synthesizer: Synthesizer) -> None:
+    session = synthesizer._voice.session
+    # Word timings come from the alignment output patched in at load.
+    assert len(session.get_outputs()) >= 2
+    # Its worker threads do not spin for work: two cores are shared with the LLM.
+    options = session.get_session_options()
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
 @pytest.mark.slow
 def test_cancel_stops_between_sentences(synthesizer: Synthesizer) -> None:
     gen = synthesizer.synthesize("First sentence. Second sentence. Third sentence.")
