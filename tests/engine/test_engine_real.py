@@ -117,7 +117,9 @@ class RealCacheMachine(CacheMachine):
 
     def __init__(self, hf_model: Any) -> None:
         super().__init__()
-        runner = runner_from_hf_model(hf_model, page_size=3, num_pages=24)
+        # No end-of-sequence id: the machine's rules expect exactly `count` tokens, and a
+        # random model's greedy pick is sometimes its EOS id.
+        runner = runner_from_hf_model(hf_model, page_size=3, num_pages=24, eos_token_ids=())
         self.fresh = runner_from_hf_model(hf_model, page_size=64, num_pages=1)
         self.engine = Engine(runner, ByteTokenizer(), max_batch=3, prefill_chunk=5)
 
