@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import UnsupportedModelError
-from engine.kv_storage import KVStorage
+from engine.kv_storage import KVStorage, StepKV
 from engine.model_config import ModelConfig
 from engine.quantize import (
     DenseLinear,
@@ -231,10 +231,31 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
     B = 1 the first of P consecutive pages that hold them (read in place); mask: bool
     ``[B, span]`` (True = attend), or None when every row attends to all span positions.
     Returns logits ``[B, vocab]`` in the compute dtype.
+
+    Activations are ``[B, features]`` (no length axis) and every layer-independent piece
+    (RoPE tables, K/V views, see `StepKV`) is set up once per step: at batch 1 the step's
+    small ops, not the projections, are what this function can save.
     """
-    hidden = _forward(cfg, w, kv, token_ids[:, None], positions[:, None], write_slots,
-                      read_pages, span, None if mask is None else mask[:, None, None, :])
-    return _logits(cfg, w, hidden[:, 0])
+    batch = token_ids.shape[0]
+    dtype = w.dtype
+    heads, kv_heads, dim, groups = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.kv_groups
+    rotated = heads + kv_heads
+    x = w.embed.index_select(0, token_ids).float()  # the float32 residual stream
+    cos, sin = _rope_tables(w.inv_freq, positions, dtype)  # [B, 1, head_dim]
+    step = StepKV(kv, read_pages, span, write_slots, positions)
+    attn_mask = None if mask is None else mask[:, None, None, :]
+    eps, scale = cfg.rms_norm_eps, dim ** -0.5
+    for index, layer in enumerate(w.layers):
+        qkv = layer.qkv(_rms_norm(x, layer.attn_norm, eps, dtype)).view(batch, -1, dim)
+        qk = _apply_rope(qkv[:, :rotated], cos, sin)  # Q and K heads in one pass
+        keys, values = step.write_read(index, qk[:, heads:], qkv[:, rotated:])
+        # [B, H, D] -> [B, KV, groups, D]: query head h uses K/V head h // groups.
+        out = F.scaled_dot_product_attention(qk[:, :heads].view(batch, kv_heads, groups, dim),
+                                             keys, values, attn_mask=attn_mask, scale=scale)
+        x = x + layer.o(out.reshape(batch, heads * dim))
+        x = x + _mlp(layer, _rms_norm(x, layer.mlp_norm, eps, dtype))
+    step.finish()
+    return _logits(cfg, w, x)
 
 
 def _forward(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.Tensor,
@@ -312,23 +333,23 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, dtype: torch.dt
     """transformers' RMSNorm of the float32 residual stream `x` with the float32 `weight`
     (torch's fused kernel), rounded to the compute `dtype`. (transformers rounds before
     the weight in lower precisions; rounding once, after it, is closer to float32.)"""
-    y = F.rms_norm(x, weight.shape, weight, eps)
+    y = torch.rms_norm(x, weight.shape, weight, eps)
     return y if dtype == torch.float32 else y.to(dtype)
 
 
 def _rope_tables(inv_freq: torch.Tensor, positions: torch.Tensor,
                  dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and signed sin ``[B, T, 1, head_dim]`` computed in float32, then cast. The sign
-    of the first half of sin stands for rotate_half's negation (see `_apply_rope`)."""
-    freqs = positions[..., None].float() * inv_freq
+    """cos and signed sin ``[*positions.shape, 1, head_dim]`` (a head axis to broadcast
+    over) computed in float32, then cast. The sign of the first half of sin stands for
+    rotate_half's negation (see `_apply_rope`)."""
+    freqs = positions[..., None, None].float() * inv_freq
     cos, sin = freqs.cos(), freqs.sin()
-    cos = torch.cat((cos, cos), dim=-1)[:, :, None, :]
-    sin = torch.cat((-sin, sin), dim=-1)[:, :, None, :]
+    cos = torch.cat((cos, cos), dim=-1)
+    sin = torch.cat((-sin, sin), dim=-1)
     return cos.to(dtype), sin.to(dtype)
 
 
 def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``x * cos + rotate_half(x) * sin`` with rotate_half's sign folded into `sin`."""
-    half = x.shape[-1] // 2
-    swapped = torch.cat((x[..., half:], x[..., :half]), dim=-1)
-    return torch.addcmul(x * cos, swapped, sin)
+    """``x * cos + rotate_half(x) * sin`` with rotate_half's sign folded into `sin`
+    (rotate_half's halves swapped by one `roll`)."""
+    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin)
