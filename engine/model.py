@@ -12,7 +12,9 @@ then gathers the whole pages holding positions [0, S) of each sequence into a de
 ``[B, S]`` block (one page-row copy per page), with a boolean mask for causality, padding
 and sliding windows. One sequence whose pages are consecutive (a fresh sequence's are,
 while the block pool still has never-used pages, handed out in ascending order) is read
-in place: a view of the storage, no copy. Projections are `engine.quantize.Linear`s in any weight format.
+in place: a view of the storage, no copy. A decode step sets this up once for all layers
+(`engine.kv_storage.StepKV`, which gathers every layer's pages at once when they are few).
+Projections are `engine.quantize.Linear`s in any weight format.
 GQA without repeating K/V: the ``groups`` query heads that share a K/V head are folded into
 the query-length axis, so SDPA sees ``[B, kv_heads, groups * T, head_dim]`` queries.
 """
