@@ -41,13 +41,20 @@ class FakeVoice:
         return self.next.pop(0)
 
 
-def test_sink_sends_each_chunk_with_its_words_and_models_playback_on_the_clock() -> None:
+def _sink_for(turn: int, **options: Any) -> tuple[VirtualClock, FakeVoice, RecordingSynthesizer,
+                                                list[tuple[int, str, bytes]], NetworkSink]:
+    """A sink playing ``turn`` on a fresh clock, its voice and recorder, and what it sent."""
     clock = VirtualClock(16000)
     voice = FakeVoice()
     recorder = RecordingSynthesizer(voice)
     sent: list[tuple[int, str, bytes]] = []
-    sink = NetworkSink(clock, 22050, recorder=recorder, current_turn=lambda: 7,
-                       emit=lambda t, text, pcm: sent.append((t, text, pcm)), delta_ms=200)
+    sink = NetworkSink(clock, 22050, recorder=recorder, current_turn=lambda: turn,
+                       emit=lambda t, text, pcm: sent.append((t, text, pcm)), **options)
+    return clock, voice, recorder, sent, sink
+
+
+def test_sink_sends_each_chunk_with_its_words_and_models_playback_on_the_clock() -> None:
+    clock, voice, recorder, sent, sink = _sink_for(7, delta_ms=200)
     voice.next = [_chunk(7, "Hello,", 0, 2205), _chunk(7, "world.", 7, 4410)]
     for _ in range(2):
         tts = recorder.synthesize_span("x")
@@ -64,12 +71,7 @@ def test_sink_sends_each_chunk_with_its_words_and_models_playback_on_the_clock()
 
 def test_a_chunk_written_without_its_trailing_silence_still_carries_its_words() -> None:
     # A clause cut mid-phrase is written shorter than synthesised (`close_seam`).
-    clock = VirtualClock(16000)
-    voice = FakeVoice()
-    recorder = RecordingSynthesizer(voice)
-    sent: list[tuple[int, str, bytes]] = []
-    sink = NetworkSink(clock, 22050, recorder=recorder, current_turn=lambda: 7,
-                       emit=lambda t, text, pcm: sent.append((t, text, pcm)), delta_ms=200)
+    clock, voice, recorder, sent, sink = _sink_for(7, delta_ms=200)
     voice.next = [_chunk(7, "Hello,", 0, 4410)]
     tts = recorder.synthesize_span("x")
     assert tts is not None
@@ -78,13 +80,7 @@ def test_a_chunk_written_without_its_trailing_silence_still_carries_its_words() 
 
 
 def test_sink_sends_a_long_chunk_in_pieces_of_delta_ms_with_its_text_first() -> None:
-    clock = VirtualClock(16000)
-    voice = FakeVoice()
-    recorder = RecordingSynthesizer(voice)
-    sent: list[tuple[int, str, bytes]] = []
-    sink = NetworkSink(clock, 22050, recorder=recorder, current_turn=lambda: 3,
-                       emit=lambda t, text, pcm: sent.append((t, text, pcm)), delta_ms=160,
-                       lead_ms=5000)
+    clock, voice, recorder, sent, sink = _sink_for(3, delta_ms=160, lead_ms=5000)
     clause = _chunk(3, "A long clause.", 0, 22050 * 22 // 10)  # 2.2 s
     voice.next = [clause]
     tts = recorder.synthesize_span("x")
