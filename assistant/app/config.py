@@ -197,6 +197,9 @@ class TurnsConfig(_Section):
     """Speech over the reply: its words are decoded at its pause and again after each
     this much more speech; short bursts, each under ``barge_in_min_ms``, once
     they add up to it (0: only the display partials decide)."""
+    min_words_ms: int = Field(150, ge=0)
+    """A burst over the reply this long, too short to pause it, has its words decoded
+    when it ends (a crisp "Stop!" interrupts; a click has no words)."""
 
 
 class ServerConfig(_Section):

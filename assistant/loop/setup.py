@@ -222,7 +222,8 @@ def turn_options(cfg: AppConfig) -> TurnOptions:
                        interruption=InterruptionOptions(
                            mode=t.interruption, backchannels=tuple(t.backchannels),
                            max_backchannel_ms=t.max_backchannel_ms,
-                           interim_every_ms=t.interim_every_ms))
+                           interim_every_ms=t.interim_every_ms,
+                           min_words_ms=t.min_words_ms))
 
 
 def build_pipeline(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Sink,

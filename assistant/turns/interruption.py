@@ -65,6 +65,10 @@ class InterruptionOptions:
     interim_every_ms: int = 200
     """While a reply is paused, ask ASR for the speech's words at the pause and again
     after each this much more speech (0: wait for the display partials)."""
+    min_words_ms: int = 150
+    """A burst of speech over the reply this long, too short to pause it ("Stop!" said
+    crisply, ~180 ms voiced; "Wait," in a noisy room, ~160 ms), has its words asked for
+    as soon as it ends: real words interrupt, a click or a cough has none."""
     min_word_p: float = 0.3
     """A transcript of at most ``max_words`` words whose lowest word probability is under
     this is a guess (:func:`guessed`): Whisper guesses at a fraction of a second of
@@ -77,8 +81,8 @@ class InterruptionOptions:
             raise ValueError(f"interruption mode must be immediate or tentative, got {self.mode!r}")
         if self.max_backchannel_ms <= 0 or self.max_words <= 0:
             raise ValueError("max_backchannel_ms and max_words must be positive")
-        if self.interim_every_ms < 0:
-            raise ValueError("interim_every_ms must be >= 0")
+        if self.interim_every_ms < 0 or self.min_words_ms < 0:
+            raise ValueError("interim_every_ms and min_words_ms must be >= 0")
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,11 @@ def join_text(head: str, tail: str) -> str:
     return head or tail
 
 
+_BURST_END_MS = 40
+"""Unvoiced this long after voiced frames, a burst of speech has ended (for asking its
+words; the VAD's short pause, which decides more, comes later)."""
+
+
 @dataclass
 class _Span:
     """How long speech has been going on: its voiced frames and the unvoiced ones
@@ -132,6 +137,11 @@ class _Span:
 
     def pause(self) -> None:
         self._gap = 0
+
+    @property
+    def gap_ms(self) -> int:
+        """Unvoiced time since the last voiced frame (outside pauses)."""
+        return self._gap
 
 
 @dataclass
@@ -318,7 +328,8 @@ class TurnManager:
             cand.voiced_ms += duration
             self._check_candidate(ev.t_ms + duration, out)
         if self._candidate is cand:
-            self._ask_burst_words(cand, out)
+            ended = not ev.voiced and (cand.in_pause or cand.heard.gap_ms >= _BURST_END_MS)
+            self._ask_burst_words(cand, out, ended=ended)
 
     def _on_short_pause(self, ev: ShortPause, out: list[TurnAction]) -> None:
         if self._paused_reply is not None:
@@ -330,7 +341,7 @@ class TurnManager:
             self._candidate.voiced_ms = 0  # an interruption is continuous speech ...
             self._candidate.in_pause = True
             self._candidate.heard.pause()
-            self._ask_burst_words(self._candidate, out)  # ... or words in bursts
+            self._ask_burst_words(self._candidate, out, ended=True)  # ... or words
         elif self._state is State.USER_SPEAKING and not self._paused:
             self._enter_pause(out)
 
@@ -488,20 +499,28 @@ class TurnManager:
 
     # ------------------------------------------------------------------ helpers
 
-    def _ask_burst_words(self, cand: _Candidate, out: list[TurnAction]) -> None:
+    def _ask_burst_words(self, cand: _Candidate, out: list[TurnAction], *,
+                         ended: bool) -> None:
         """Speech in short bursts, each under ``barge_in_min_ms`` ("Stop, please." in a
         noisy room comes through the echo gate as two ~150 ms bursts): once the bursts
         add up to ``barge_in_min_ms``, their words are asked for, and again every
         ``interim_every_ms`` of speech; real words interrupt (`_on_interim`), a cough
-        (no words) or a backchannel does not. One short burst alone never counts."""
-        step = self.options.interruption.interim_every_ms
-        if step <= 0 or (cand.bursts < 2 and not cand.in_pause):
-            return  # one continuous burst so far: barge_in_min_ms decides
-        threshold = max(cand.interim_at_ms, self.options.barge_in_min_ms)
+        (no words) or a backchannel does not. A burst of ``min_words_ms`` has its words
+        asked for as soon as it ends (a crisp "Stop!"); its sound alone never counts."""
+        opts = self.options.interruption
+        if opts.interim_every_ms <= 0:
+            return
+        if ended:  # the burst just ended
+            floor = opts.min_words_ms
+        elif cand.bursts >= 2 or cand.in_pause:  # bursts, adding up
+            floor = self.options.barge_in_min_ms
+        else:
+            return  # one continuous burst going on: barge_in_min_ms decides
+        threshold = max(cand.interim_at_ms, floor)
         if cand.heard.ms < threshold:
             return
         out.append(RequestInterim())
-        cand.interim_at_ms = cand.heard.ms + step
+        cand.interim_at_ms = cand.heard.ms + opts.interim_every_ms
 
     def _check_candidate(self, t_ms: int, out: list[TurnAction]) -> None:
         cand = self._candidate

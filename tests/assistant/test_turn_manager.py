@@ -35,6 +35,7 @@ from assistant.turns.events import (
     TurnInput,
     VoiceFrame,
 )
+from assistant.turns.interruption import InterruptionOptions
 from assistant.turns.turn_manager import TurnManager, TurnOptions, join_text
 
 L, U, T, S = State.LISTENING, State.USER_SPEAKING, State.THINKING, State.SPEAKING
@@ -125,7 +126,11 @@ def test_cough_during_reply_does_not_interrupt() -> None:
         (VoiceFrame(2000, True, 20), [], S),
         (VoiceFrame(2020, True, 20), [], S),
         (VoiceFrame(2040, False, 20), [], S),  # unvoiced frames do not count
-        (VoiceFrame(2060, False, 20), [], S),
+        # 160 ms >= min_words_ms, and 40 ms unvoiced: the burst ended; its words are
+        # asked for (a cough has none).
+        (VoiceFrame(2060, False, 20), [RequestInterim()], S),
+        (VoiceFrame(2080, False, 20), [], S),  # asked once
+        (InterimTranscript(2090, ""), [], S),
         (EndOfTurn(2600, 2060), [DiscardUtterance()], S),
         (VoiceFrame(2620, True, 20), [], S),  # no candidate: ignored
         (PlaybackDone(4000, 1), [sc(4000, S, L)], L),
@@ -162,11 +167,11 @@ def test_short_pause_resets_a_candidate() -> None:
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (VoiceFrame(2000, True, 60), [], S),
-        # No preview (no speculation while the assistant speaks); one short burst
-        # (120 + 60 ms) is not asked about.
-        (ShortPause(2300), [], S),
-        # 60 < 200 since the reset; the bursts add up to 240: their words are asked for.
-        (VoiceFrame(2400, True, 60), [RequestInterim()], S),
+        # No preview (no speculation while the assistant speaks); the burst's words
+        # (120 + 60 ms >= min_words_ms) are asked for as it ends.
+        (ShortPause(2300), [RequestInterim()], S),
+        # 60 < 200 since the reset; the next ask is 200 ms of speech later (380 ms).
+        (VoiceFrame(2400, True, 60), [], S),
         (VoiceFrame(2460, True, 60), [], S),
         (VoiceFrame(2520, True, 60), [], S),
         (VoiceFrame(2580, True, 60), [BargeIn(1, 2640), sc(2640, S, U)], U),
@@ -205,6 +210,29 @@ def test_words_of_short_bursts_interrupt() -> None:
         (VoiceFrame(2300, True, 100), [RequestInterim()], S),
         (InterimTranscript(2350, "Mm-hmm."), [], S),
     ])
+
+
+def test_words_of_one_short_burst_interrupt_as_it_ends() -> None:
+    # A crisp "Stop!" (180 ms voiced, under barge_in_min_ms): its words are asked for
+    # 40 ms after it, not at the short pause 200 ms later; they interrupt.
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (VoiceFrame(2000, True, 60), [], S),  # 180 ms, going on: nothing to ask yet
+        (VoiceFrame(2060, False, 20), [], S),
+        (VoiceFrame(2080, False, 20), [RequestInterim()], S),
+        (InterimTranscript(2100, "Stop!"), [BargeIn(1, 2100), sc(2100, S, U)], U),
+    ])
+    # Under min_words_ms (a click), or with the option off, nothing is asked.
+    for voiced, options in ((140, None), (180, TurnOptions(
+            barge_in_min_ms=200, interruption=InterruptionOptions(min_words_ms=400)))):
+        run_table([
+            *ASK_AND_SPEAK,
+            (SpeechStarted(2000, voiced_ms=voiced), [], S),
+            (VoiceFrame(2000, False, 20), [], S),
+            (VoiceFrame(2020, False, 20), [], S),
+            (ShortPause(2200), [], S),
+        ], options)
 
 
 def test_speech_while_thinking_reopens_the_user_turn() -> None:

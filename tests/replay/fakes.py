@@ -51,10 +51,14 @@ class _Text:
 
 
 class CountingTranscriber:
+    """One code word per loud 100 ms block; none at all for fewer than
+    ``min_loud_blocks`` of them (a cough is not words)."""
+
     sample_rate = RATE
 
-    def __init__(self) -> None:
+    def __init__(self, min_loud_blocks: int = 0) -> None:
         self.calls = 0
+        self.min_loud_blocks = min_loud_blocks
 
     def transcribe(self, pcm: npt.NDArray[np.float32], **_: object) -> _Text:
         self.calls += 1
@@ -62,6 +66,8 @@ class CountingTranscriber:
         n = pcm.size // block
         loud = sum(1 for i in range(n)
                    if np.sqrt(np.mean(pcm[i * block:(i + 1) * block] ** 2)) > 0.01)
+        if loud < self.min_loud_blocks:
+            loud = 0
         return _Text(" ".join(CODE_WORDS[i % len(CODE_WORDS)] for i in range(loud)))
 
 

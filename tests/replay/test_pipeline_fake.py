@@ -58,14 +58,15 @@ class FakeRun:
         return float(np.sqrt(np.mean(seg.astype(np.float64) ** 2))) if seg.size else 0.0
 
 
-async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize: bool) -> FakeRun:
+async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize: bool,
+               transcriber: CountingTranscriber) -> FakeRun:
     clock = VirtualClock(RATE)
     synth = ToneSynthesizer()
     sink = WavSink(tmp / "heard.wav", clock, RATE)
     engine, template = scripted_engine()
     host = EngineHost(LocalBackend(engine))
     pipeline = Pipeline(
-        host=host, dialogue=scripted_dialogue(template), transcriber=CountingTranscriber(),
+        host=host, dialogue=scripted_dialogue(template), transcriber=transcriber,
         synthesizer=synth,
         turn_manager=TurnManager(turns), listener=Listener(VAD, None, ToneClassifier()),
         clock=clock, sink=sink, asr_options=StreamingASROptions(), clauses=ClauseRule(min_chars=6),
@@ -87,9 +88,10 @@ async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize:
 
 
 def run(signal: np.ndarray, tmp: Path, *, barge_in_min_ms: int = 200, speculate: bool = True,
-        presynthesize: bool = True) -> FakeRun:
+        presynthesize: bool = True, min_loud_blocks: int = 0) -> FakeRun:
     turns = TurnOptions(barge_in_min_ms=barge_in_min_ms, speculate=speculate)
-    return asyncio.run(_run(signal, tmp, turns, presynthesize))
+    return asyncio.run(_run(signal, tmp, turns, presynthesize,
+                            CountingTranscriber(min_loud_blocks)))
 
 
 def test_question_and_answer_with_a_speculation_hit(tmp_path: Path) -> None:
@@ -149,16 +151,29 @@ def test_barge_in_keeps_exactly_the_words_heard(tmp_path: Path, into_reply_ms: i
 
 def test_short_voiced_burst_does_not_interrupt(tmp_path: Path) -> None:
     # 150 ms (8 frames touched: 160 ms) opens a VAD turn (120 ms) but stays under the
-    # 200 ms barge-in minimum.
+    # 200 ms barge-in minimum; its words are asked for as it ends (min_words_ms), and
+    # this ASR hears none in it (a cough), so it does not interrupt.
     signal = np.concatenate([silence(300), voice(1000), silence(570 + 800), voice(150),
                              silence(300)])
-    r = run(signal, tmp_path)
+    r = run(signal, tmp_path, min_loud_blocks=3)
     assert r.of(log.BargeInEntry) == []
     stops = r.of(log.SpeechStoppedEntry)
     assert [s.discarded for s in stops] == [False, True]
     done = r.of(log.ResponseDoneEntry)
     assert len(done) == 1 and not done[0].interrupted
     assert [t["role"] for t in r.result.conversation] == ["system", "user", "assistant"]
+
+
+def test_same_burst_with_words_interrupts(tmp_path: Path) -> None:
+    # Words in it (a crisp "Stop!"): asked for as it ends, they interrupt.
+    signal = np.concatenate([silence(300), voice(1000), silence(570 + 800), voice(150),
+                             silence(300)])
+    r = run(signal, tmp_path)
+    (barge,) = r.of(log.BargeInEntry)
+    # Decided 40 ms after the burst (one ASR step), not at its short pause.
+    burst_end = 300 + 1000 + 570 + 800 + 150
+    assert burst_end <= barge.t_ms < burst_end + VAD.short_pause_ms, barge
+    assert r.of(log.ResponseDoneEntry)[0].interrupted
 
 
 def test_same_burst_interrupts_with_a_lower_threshold(tmp_path: Path) -> None:
