@@ -41,7 +41,7 @@ Rules
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from assistant.turns.end_of_turn import EndOfTurnOptions, endpoint_silence_ms
@@ -78,12 +78,12 @@ from assistant.turns.events import (
 )
 from assistant.turns.interruption import (
     Decision,
-    InterruptionFacts,
     InterruptionOptions,
     backchannel_only,
     decide,
     guessed,
 )
+from assistant.turns.overlap import Candidate, PausedReply, Span
 
 __all__ = ["TurnOptions", "TurnManager", "join_text"]
 
@@ -114,74 +114,6 @@ def join_text(head: str, tail: str) -> str:
     return head or tail
 
 
-_BURST_END_MS = 40
-"""Unvoiced this long after voiced frames, a burst of speech has ended (for asking its
-words; the VAD's short pause, which decides more, comes later)."""
-
-
-@dataclass
-class _Span:
-    """How long speech has been going on: its voiced frames and the unvoiced ones
-    between them (a consonant, a dip under the room noise), not those in its pauses nor
-    the trailing ones before a pause is detected."""
-
-    ms: int = 0
-    _gap: int = 0
-
-    def add(self, duration_ms: int, voiced: bool, *, in_pause: bool) -> None:
-        if voiced:
-            self.ms += duration_ms + (0 if in_pause else self._gap)
-            self._gap = 0
-        elif not in_pause:
-            self._gap += duration_ms
-
-    def pause(self) -> None:
-        self._gap = 0
-
-    @property
-    def gap_ms(self) -> int:
-        """Unvoiced time since the last voiced frame (outside pauses)."""
-        return self._gap
-
-
-@dataclass
-class _Candidate:
-    """Speech heard while the assistant holds the floor, not yet an interruption."""
-
-    voiced_ms: int
-    """Continuous voiced speech: a short pause resets it."""
-    heard: _Span = field(default_factory=_Span)
-    in_pause: bool = False
-    bursts: int = 1
-    interim_at_ms: int = 0
-    """``heard.ms`` at which its words are next asked for (0: not yet set)."""
-    text: str | None = None
-    """Its latest interim transcript."""
-
-
-@dataclass
-class _Paused:
-    """A reply paused by speech over it; whether the cut stands is not decided yet."""
-
-    turn_id: int
-    t_ms: int
-    """When it paused."""
-    voiced_ms: int
-    speech_ended: bool = False
-    text: str | None = None
-    word_p: float = 1.0
-    finalized: bool = False
-    """The VAD ended the speech and its final transcript is pending."""
-    speech_end_ms: int = 0
-    speech: _Span = field(default_factory=_Span)
-    """How long the speech has been going on since the reply paused."""
-    interim_at_ms: int = 0
-    """``speech.ms`` at which to ask for the next interim transcript."""
-
-    def facts(self) -> InterruptionFacts:
-        return InterruptionFacts(self.voiced_ms, self.speech_ended, self.text, self.word_p)
-
-
 class TurnManager:
     """The turn-taking state machine; see the module docstring for its rules."""
 
@@ -203,8 +135,8 @@ class TurnManager:
         self._prefix = ""
         self._pending_finals = 0
         self._speech_end_ms = 0
-        self._candidate: _Candidate | None = None
-        self._paused_reply: _Paused | None = None
+        self._candidate: Candidate | None = None
+        self._paused_reply: PausedReply | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -261,7 +193,7 @@ class TurnManager:
             self._set_state(State.USER_SPEAKING, ev.t_ms, out)
         elif self._assistant_has_floor() and self._candidate is None:
             voiced = max(0, ev.voiced_ms)
-            self._candidate = _Candidate(voiced_ms=voiced, heard=_Span(voiced))
+            self._candidate = Candidate(voiced_ms=voiced, heard=Span(voiced))
             self._check_candidate(ev.t_ms, out)
         # In user_speaking the utterance is already open: nothing to do.
 
@@ -328,8 +260,7 @@ class TurnManager:
             cand.voiced_ms += duration
             self._check_candidate(ev.t_ms + duration, out)
         if self._candidate is cand:
-            ended = not ev.voiced and (cand.in_pause or cand.heard.gap_ms >= _BURST_END_MS)
-            self._ask_burst_words(cand, out, ended=ended)
+            self._ask_burst_words(cand, out, ended=cand.burst_ended(ev.voiced))
 
     def _on_short_pause(self, ev: ShortPause, out: list[TurnAction]) -> None:
         if self._paused_reply is not None:
@@ -499,28 +430,16 @@ class TurnManager:
 
     # ------------------------------------------------------------------ helpers
 
-    def _ask_burst_words(self, cand: _Candidate, out: list[TurnAction], *,
+    def _ask_burst_words(self, cand: Candidate, out: list[TurnAction], *,
                          ended: bool) -> None:
-        """Speech in short bursts, each under ``barge_in_min_ms`` ("Stop, please." in a
-        noisy room comes through the echo gate as two ~150 ms bursts): once the bursts
-        add up to ``barge_in_min_ms``, their words are asked for, and again every
-        ``interim_every_ms`` of speech; real words interrupt (`_on_interim`), a cough
-        (no words) or a backchannel does not. A burst of ``min_words_ms`` has its words
-        asked for as soon as it ends (a crisp "Stop!"); its sound alone never counts."""
+        """Words of speech over the reply too short to count (see
+        :meth:`Candidate.words_due`): real words interrupt (`_on_interim`), a cough (no
+        words) or a backchannel does not."""
         opts = self.options.interruption
-        if opts.interim_every_ms <= 0:
-            return
-        if ended:  # the burst just ended
-            floor = opts.min_words_ms
-        elif cand.bursts >= 2 or cand.in_pause:  # bursts, adding up
-            floor = self.options.barge_in_min_ms
-        else:
-            return  # one continuous burst going on: barge_in_min_ms decides
-        threshold = max(cand.interim_at_ms, floor)
-        if cand.heard.ms < threshold:
-            return
-        out.append(RequestInterim())
-        cand.interim_at_ms = cand.heard.ms + opts.interim_every_ms
+        if cand.words_due(ended=ended, min_words_ms=opts.min_words_ms,
+                          barge_in_min_ms=self.options.barge_in_min_ms,
+                          every_ms=opts.interim_every_ms):
+            out.append(RequestInterim())
 
     def _check_candidate(self, t_ms: int, out: list[TurnAction]) -> None:
         cand = self._candidate
@@ -534,7 +453,7 @@ class TurnManager:
             return
         turn_id = self._active_turn
         if self._state is State.SPEAKING and self.options.interruption.mode == "tentative":
-            paused = _Paused(turn_id, t_ms, cand.voiced_ms, text=cand.text)
+            paused = PausedReply(turn_id, t_ms, cand.voiced_ms, text=cand.text)
             self._paused_reply = paused
             out.append(PauseReply(turn_id=turn_id, t_ms=t_ms))
             self._decide_pause(t_ms, out)  # its words may be known already
@@ -569,18 +488,11 @@ class TurnManager:
             self._resume(t_ms, out)
             # The speech's utterance is still open: discarded when it ends, and more
             # speech over the reply counts afresh.
-            self._candidate = _Candidate(voiced_ms=0)
+            self._candidate = Candidate(voiced_ms=0)
 
-    def _request_interim(self, paused: _Paused, out: list[TurnAction]) -> None:
-        """The speech's words so far, at the pause and every ``interim_every_ms`` of
-        speech after it (a guess is passed over: the next decode has more audio), until
-        the speech ends (its words are asked for then, and its final decides)."""
-        step = self.options.interruption.interim_every_ms
-        if (step <= 0 or paused.finalized or paused.speech_ended
-                or paused.speech.ms < paused.interim_at_ms):
-            return
-        out.append(RequestInterim())
-        paused.interim_at_ms = paused.speech.ms + step
+    def _request_interim(self, paused: PausedReply, out: list[TurnAction]) -> None:
+        if paused.words_due(self.options.interruption.interim_every_ms):
+            out.append(RequestInterim())
 
     def _resume(self, t_ms: int, out: list[TurnAction]) -> None:
         paused = self._paused_reply
