@@ -8,9 +8,15 @@ page belongs to whom; that bookkeeping lives in the block pool.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-__all__ = ["KVStorage"]
+__all__ = ["GATHER_ALL_BYTES", "KVStorage", "StepKV"]
+
+GATHER_ALL_BYTES = 32 << 20
+"""A decode step whose rows' pages hold at most this many K and V bytes, all layers
+together, gathers them once for every layer (`StepKV`); a larger one gathers per layer."""
 
 
 class KVStorage:
@@ -37,6 +43,11 @@ class KVStorage:
     def num_slots(self) -> int:
         return self.num_pages * self.page_size
 
+    @property
+    def page_bytes(self) -> int:
+        """Bytes of one page of one layer, K or V."""
+        return self.k[0, 0].numel() * self.k.element_size()
+
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Flat ``[slots, kv_heads, head_dim]`` views (K, V) of one layer; writes go through."""
         return self._k_flat[index], self._v_flat[index]
@@ -59,3 +70,85 @@ class KVStorage:
     def nbytes(self) -> int:
         """Bytes held by K and V together."""
         return 2 * self.k.numel() * self.k.element_size()
+
+
+class StepKV:
+    """One decode step's K/V access, set up once for every layer: where each layer writes
+    its new tokens' K/V and the ``[B, kv_heads, span, head_dim]`` keys and values its
+    attention reads (positions 0 .. span-1 of each row, the new tokens included).
+
+    Three ways, by the rows' pages: one row on consecutive pages is read in place (views
+    of the storage); otherwise the rows' pages of every layer are gathered into one copy
+    before the first layer (up to `GATHER_ALL_BYTES`), each layer writes its new K/V into
+    that copy, and `finish` writes them all to the storage at once; past that size each
+    layer writes to the storage and gathers its own pages. Up to that size a layer's work
+    is its two writes, no gathers and no views: besides the projections, small ops and
+    their Python are what batch-1 decode on a CPU spends its time on."""
+
+    def __init__(self, kv: KVStorage, read_pages: torch.Tensor | int, span: int,
+                 write_slots: torch.Tensor, positions: torch.Tensor) -> None:
+        """read_pages: ``[B, P]`` page ids holding positions 0 .. span-1 of each row, or
+        for one row the first of consecutive pages that hold them; write_slots and
+        positions: ``[B]`` flat storage slots and positions of the new tokens."""
+        self._kv = kv
+        self._span = span
+        self._write_slots = write_slots
+        # Where each layer writes (flat [slots, kv_heads, head_dim]) and at which slots:
+        self._k_dst: Sequence[torch.Tensor] = kv._k_flat
+        self._v_dst: Sequence[torch.Tensor] = kv._v_flat
+        self._slots = write_slots
+        # What each layer reads (empty when gathered per layer, from `_pages`):
+        self._reads: tuple[Sequence[torch.Tensor], Sequence[torch.Tensor]] = (), ()
+        self._pages: torch.Tensor | None = None
+        self._gathered: tuple[torch.Tensor, torch.Tensor] | None = None
+        size, layers = kv.page_size, kv.num_layers
+        if isinstance(read_pages, int):
+            count = -(-span // size)
+            k = kv.k[:, read_pages:read_pages + count]
+            v = kv.v[:, read_pages:read_pages + count]
+            self._reads = _layer_reads(k, 1, span), _layer_reads(v, 1, span)
+            return
+        batch, width = read_pages.shape[0], read_pages.shape[1] * size
+        pages = read_pages.reshape(-1)
+        if 2 * layers * pages.shape[0] * kv.page_bytes > GATHER_ALL_BYTES:
+            self._pages = pages
+            return
+        k, v = kv.k.index_select(1, pages), kv.v.index_select(1, pages)
+        self._gathered = k, v
+        flat = (layers, batch * width, *kv.k.shape[3:])
+        self._k_dst, self._v_dst = k.view(flat).unbind(0), v.view(flat).unbind(0)
+        self._slots = torch.arange(batch, device=positions.device) * width + positions
+        self._reads = _layer_reads(k, batch, span), _layer_reads(v, batch, span)
+
+    def write_read(self, layer: int, k: torch.Tensor, v: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Write the new tokens' `k` and `v` ``[B, kv_heads, head_dim]`` of `layer`; return
+        the keys and values its attention reads."""
+        self._k_dst[layer].index_copy_(0, self._slots, k)
+        self._v_dst[layer].index_copy_(0, self._slots, v)
+        if self._pages is None:
+            return self._reads[0][layer], self._reads[1][layer]
+        batch = self._write_slots.shape[0]
+        k_pages, v_pages = self._kv.layer_pages(layer)
+        keys = k_pages.index_select(0, self._pages).view(batch, -1, *k.shape[1:])
+        values = v_pages.index_select(0, self._pages).view(batch, -1, *v.shape[1:])
+        return (keys[:, :self._span].transpose(1, 2),
+                values[:, :self._span].transpose(1, 2))
+
+    def finish(self) -> None:
+        """Write the step's new K/V from the gathered copy to the storage (all layers)."""
+        if self._gathered is None:
+            return
+        kv = self._kv
+        flat = (kv.num_layers, kv.num_slots, *kv.k.shape[3:])
+        for store, copy in zip((kv.k, kv.v), self._gathered, strict=True):
+            new = copy.view(kv.num_layers, -1, *kv.k.shape[3:]).index_select(1, self._slots)
+            store.view(flat).index_copy_(1, self._write_slots, new)
+
+
+def _layer_reads(pages: torch.Tensor, batch: int, span: int) -> tuple[torch.Tensor, ...]:
+    """``[layers, B * P, page_size, kv_heads, head_dim]`` -> per layer
+    ``[B, kv_heads, span, head_dim]`` views."""
+    layers, _, _, heads, dim = pages.shape
+    rows = pages.view(layers, batch, -1, heads, dim)[:, :, :span]
+    return rows.transpose(2, 3).unbind(0)

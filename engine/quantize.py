@@ -164,9 +164,9 @@ class Fp16PackedLinear(Linear):
         return cls(packed, int(in_features), int(out_features))
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        y = torch.ops.quantized.linear_dynamic_fp16(x.reshape(-1, shape[-1]), self.packed)
-        return y.view(*shape[:-1], self.out_features)
+        if x.dim() != 2:  # the kernel takes rows: [..., in] -> [rows, in]
+            return self(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
+        return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
 
     def nbytes(self) -> int:
         return 2 * self.in_features * self.out_features
@@ -201,18 +201,18 @@ class Int8Linear(Linear):
         return int(self.weight.shape[0])
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        if x.device.type == "cpu" and x.numel() >= PREFILL_ROWS * shape[-1]:
+        if x.dim() != 2:  # the kernels take rows: [..., in] -> [rows, in]
+            return self(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
+        if self.weight.device.type != "cpu":
+            y = F.linear(x, self.weight.to(x.dtype)) * self.scales
+        elif x.shape[0] >= PREFILL_ROWS:
             # Many rows (a long prefill chunk): dequantizing once and using the float32
             # BLAS GEMM is ~2x faster at 512 rows than the int8 kernel, whose strength is
             # the one-row GEMV.
             weight = self.weight.float() * self.scales.float()[:, None]
             y = F.linear(x.float(), weight).to(x.dtype)
-        elif x.device.type == "cpu":
-            y = torch.ops.aten._weight_int8pack_mm(x.reshape(-1, shape[-1]), self.weight,
-                                                   self.scales).view(*shape[:-1], -1)
         else:
-            y = F.linear(x, self.weight.to(x.dtype)) * self.scales
+            y = torch.ops.aten._weight_int8pack_mm(x, self.weight, self.scales)
         return y if self.bias is None else y + self.bias
 
     def nbytes(self) -> int:
@@ -230,7 +230,8 @@ class Int4Linear(Linear):
     out_features: int  # type: ignore[misc]
     bias: torch.Tensor | None
     nibbles: torch.Tensor | None = None
-    """CPU only: `quantize_linear`'s nibbles, for the prefill path (+0.5 byte/weight)."""
+    """CPU only (set exactly when the weight is on CPU): `quantize_linear`'s nibbles, for
+    the prefill path (+0.5 byte/weight)."""
     scale_min: torch.Tensor | None = None
     """float32 ``[2, out, in / group, 1]``: scale and min for the prefill path."""
 
@@ -243,18 +244,17 @@ class Int4Linear(Linear):
         return torch.addcmul(low, q.float(), scale).view(self.out_features, self.in_features)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        flat = x.reshape(-1, shape[-1])
-        if self.nibbles is not None and flat.shape[0] >= PREFILL_ROWS:
-            # Prefill: as for int8, one dequantization and the float32 BLAS GEMM.
-            y = F.linear(flat.float(), self.dequantized()).to(x.dtype)
-        elif x.device.type == "cpu":
-            y = torch.ops.aten._weight_int4pack_mm_for_cpu(flat, self.packed, self.group,
-                                                           self.scales_and_zeros)
-        else:
-            y = torch.ops.aten._weight_int4pack_mm(flat, self.packed, self.group,
+        if x.dim() != 2:  # the kernels take rows: [..., in] -> [rows, in]
+            return self(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
+        if self.nibbles is None:  # not on CPU
+            y = torch.ops.aten._weight_int4pack_mm(x, self.packed, self.group,
                                                    self.scales_and_zeros)
-        y = y.view(*shape[:-1], self.out_features)
+        elif x.shape[0] >= PREFILL_ROWS:
+            # Prefill: as for int8, one dequantization and the float32 BLAS GEMM.
+            y = F.linear(x.float(), self.dequantized()).to(x.dtype)
+        else:
+            y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, self.packed, self.group,
+                                                           self.scales_and_zeros)
         return y if self.bias is None else y + self.bias
 
     def nbytes(self) -> int:

@@ -16,7 +16,19 @@ if TYPE_CHECKING:
 
     import torch
 
-__all__ = ["Sampler", "sample_batch", "penalize"]
+__all__ = ["Sampler", "argmax_rows", "sample_batch", "penalize"]
+
+
+def argmax_rows(logits: torch.Tensor) -> list[int]:
+    """Each row's index of its largest score (the first on ties; NaN counts as largest) of
+    ``[B, vocab]`` logits. On CPU float32 this is numpy's vectorized argmax: torch's CPU
+    argmax scans one element at a time (measured ~90 us for SmolLM2's 49k vocabulary,
+    numpy ~5 us; a greedy decode step takes one)."""
+    import torch
+
+    if logits.device.type == "cpu" and logits.dtype == torch.float32:
+        return [int(i) for i in logits.numpy().argmax(axis=-1)]
+    return [int(i) for i in logits.argmax(dim=-1).tolist()]
 
 
 def penalize(logits: torch.Tensor, recent: Collection[int], penalty: float,
@@ -58,7 +70,7 @@ class Sampler:
         params = self.params
         logits = penalize(logits, recent, params.repetition_penalty, self.exempt)
         if params.temperature == 0.0:
-            return int(torch.argmax(logits))
+            return argmax_rows(logits[None])[0]
         scores = logits.float() / params.temperature
         if 0 < params.top_k < scores.numel():
             kth = torch.topk(scores, params.top_k).values[-1]
@@ -90,8 +102,8 @@ def sample_batch(samplers: Sequence[Sampler], logits: torch.Tensor,
     chosen: list[int] = [0] * len(samplers)
     if plain:
         rows = logits if len(plain) == len(samplers) else logits[torch.tensor(plain)]
-        for row, token in zip(plain, rows.argmax(dim=-1).tolist(), strict=True):
-            chosen[row] = int(token)
+        for row, token in zip(plain, argmax_rows(rows), strict=True):
+            chosen[row] = token
     done = set(plain)
     for row, sampler in enumerate(samplers):
         if row not in done:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from engine.errors import EngineError
-from engine.kv_storage import KVStorage
+from engine.kv_storage import KVStorage, StepKV
 from engine.loader import runner_from_hf_model
 from engine.runner import DecodeItem
 
@@ -59,3 +59,48 @@ def test_runner_rejects_short_page_tables_and_bad_ids(tiny_llama: Any) -> None:
         runner.decode([DecodeItem([0], 4, 5)])
     with pytest.raises(EngineError):
         runner.decode([])
+
+
+@pytest.mark.parametrize("gather_all", [True, False])
+def test_step_kv_writes_and_reads_like_the_storage(gather_all: bool,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rows on scattered pages (a padded one too), gathered for all layers at once or per
+    layer: every layer reads its pages with the step's new K/V in place, and the storage
+    ends up holding the new K/V at the written slots and nothing else changed."""
+    if not gather_all:
+        monkeypatch.setattr("engine.kv_storage.GATHER_ALL_BYTES", 0)
+    kv = filled_storage()
+    size = kv.page_size
+    rows = [[2, 0], [3, 2]]  # row 1 reads page 2 too (shared prefix), writes into page 3
+    positions = [4, 1]  # row 0: 5 positions on pages 2, 0; row 1: 2 positions, padded
+    slots = [rows[0][1] * size + 1, rows[1][0] * size + 1]
+    new_k = torch.randn(2, 2, 2, 5, generator=torch.Generator().manual_seed(2))
+    new_v = torch.randn(2, 2, 2, 5, generator=torch.Generator().manual_seed(3))
+    expected_k, expected_v = kv.k.clone(), kv.v.clone()
+    for layer in range(2):
+        expected_k[layer].view(-1, 2, 5)[slots] = new_k[layer]
+        expected_v[layer].view(-1, 2, 5)[slots] = new_v[layer]
+    span = 5
+    step = StepKV(kv, torch.tensor(rows), span, torch.tensor(slots), torch.tensor(positions))
+    for layer in range(2):
+        keys, values = step.write_read(layer, new_k[layer], new_v[layer])
+        assert keys.shape == values.shape == (2, 2, span, 5)
+        for row, pages in enumerate(rows):
+            want_k = expected_k[layer, pages].reshape(-1, 2, 5)[:span].transpose(0, 1)
+            want_v = expected_v[layer, pages].reshape(-1, 2, 5)[:span].transpose(0, 1)
+            n = positions[row] + 1  # what the row's mask lets it see
+            assert torch.equal(keys[row, :, :n], want_k[:, :n])
+            assert torch.equal(values[row, :, :n], want_v[:, :n])
+    step.finish()
+    assert torch.equal(kv.k, expected_k) and torch.equal(kv.v, expected_v)
+
+
+def test_step_kv_reads_consecutive_pages_in_place() -> None:
+    kv = filled_storage()
+    step = StepKV(kv, 1, 5, torch.tensor([2 * 3 + 1]), torch.tensor([4]))  # page 2, slot 1
+    new = torch.full((1, 2, 5), 9.0)
+    keys, values = step.write_read(1, new, new)
+    assert keys.shape == (1, 2, 5, 5)
+    assert keys.data_ptr() == kv.k[1, 1].data_ptr()  # a view of the storage
+    assert bool((kv.k[1, 2, 1] == 9.0).all()) and bool((keys[0, :, 4] == 9.0).all())
+    assert torch.equal(values[0].transpose(0, 1), kv.v[1, 1:3].reshape(-1, 2, 5)[:5])

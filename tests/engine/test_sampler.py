@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from engine.params import SamplingParams
-from engine.sampler import Sampler, sample_batch
+from engine.sampler import Sampler, argmax_rows, sample_batch
 
 
 def test_sample_batch_matches_row_by_row_sampling() -> None:
@@ -58,3 +58,14 @@ def test_penalty_spares_the_stop_ids() -> None:
 def test_penalty_parameters_are_validated(bad: dict[str, float]) -> None:
     with pytest.raises(ValueError):
         SamplingParams(**bad)  # type: ignore[arg-type]
+
+
+def test_argmax_rows_takes_the_first_of_ties_and_nan_as_torch_does() -> None:
+    logits = torch.randn(4, 50, generator=torch.Generator().manual_seed(0))
+    logits[1, [7, 30]] = 100.0  # a tie: the first wins
+    logits[2, 11] = float("nan")  # NaN counts as the largest
+    logits[3] = 0.0
+    expected = [int(i) for i in torch.argmax(logits, dim=-1)]
+    assert argmax_rows(logits) == expected and expected[1:] == [7, 11, 0]
+    assert argmax_rows(logits.bfloat16()) == [int(i) for i in logits.bfloat16().argmax(-1)]
+    assert argmax_rows(logits[::2]) == expected[::2]  # strided rows
