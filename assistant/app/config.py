@@ -102,7 +102,7 @@ class AsrConfig(_Section):
 class TtsConfig(_Section):
     length_scale: float = Field(1.0, gt=0.0)
     min_clause_chars: int = Field(12, ge=0)
-    first_clause_max_chars: int = Field(32, gt=0)
+    first_clause_max_chars: int = Field(16, gt=0)
     """A reply's first clause is cut at a space past this length: its synthesis is the
     first audio (shorter: sooner; longer: whole-phrase prosody)."""
 

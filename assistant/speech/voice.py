@@ -30,11 +30,13 @@ class ClauseRule:
     min_chars: int = 12
     """A comma, semicolon, colon or dash ends a clause once it has this many characters
     (a sentence end always does)."""
-    first_max_chars: int = 32
-    """The first clause is cut at a space once it passes this many characters (about six
-    words): the first audio waits for its generation and its synthesis, both about
-    proportional to its length (bench/bench_loop.py: 32 against 60 took ~100 ms off the
-    voice-to-voice median). Later clauses keep whole-sentence prosody."""
+    first_max_chars: int = 16
+    """The first clause is cut at a space once it passes this many characters (three or
+    four words): the first audio waits for its generation and its synthesis, both about
+    proportional to its length (real-time replays of bench/bench_loop.py's conversation:
+    32 against 60 took ~100 ms off the voice-to-voice median, 16 against 32 another
+    ~110 ms, with no reply's playback running dry behind it). Later clauses keep
+    whole-sentence prosody."""
     max_chars: int = 240
     """Later clauses are cut at a space once they pass this many characters."""
 
