@@ -225,10 +225,16 @@ def interruption_bench(models: LoopModels, realtime: bool,
                         "stop after detection p50/p95 ms", "cut final after speech start p50/p95",
                         "resume gap p50/p95", "sequence == history"], rows))
     print()
-    print(format_table(["case", *results, "heard (tentative)"], [
-        [c.label] + [("STOP" if r.stopped else "paused, resumed" if r.paused else "-")
-                     for r in (results[m][i][1] for m in results)] + [repr(r.heard)]
-        for i, (c, r) in enumerate(results["tentative"])]))
+    print(format_table(["case (STOP: cut final this long after the sound began)", *results,
+                        "heard (tentative)"], [
+        [c.label] + [_case_cell(r) for r in (results[m][i][1] for m in results)]
+        + [repr(r.heard)] for i, (c, r) in enumerate(results["tentative"])]))
+
+
+def _case_cell(r: CaseResult) -> str:
+    if r.stopped:
+        return "STOP" if r.commit_ms is None else f"STOP {r.commit_ms} ms"
+    return "paused, resumed" if r.paused else "-"
 
 
 def ms(values: tuple[int, ...], q: float) -> str:
