@@ -211,12 +211,15 @@ class Transcriber:
         word_timestamps: bool | None = None,
         initial_prompt: str | None = None,
         check_speech: bool = True,
+        guard: WindowGuard | None = None,
     ) -> Transcript:
         """Decode 16 kHz mono audio (float32 in [-1, 1], or int16).
 
         Returns an empty transcript (``speech_found=False``) for silent audio without
         running the decoder. ``check_speech=False`` skips the gate (the caller's VAD
-        already found speech).
+        already found speech). ``guard``: when a cut-window result is decoded again on
+        the full window (default `WindowGuard()`; `audio.whisper_window.LOOPS_ONLY` for a
+        quick look at a short burst).
         """
         audio = as_asr_input(pcm16k)
         duration_ms = int(round(1000 * audio.shape[0] / SAMPLE_RATE))
@@ -237,7 +240,7 @@ class Transcriber:
         with self._lock:
             segments, info = self._model.transcribe(_lead_in(audio, lead), **kwargs)
             raw = list(segments)
-            if self._windowed() and looks_wrong(raw, duration_ms / 1000, WindowGuard()):
+            if self._windowed() and looks_wrong(raw, duration_ms / 1000, guard or WindowGuard()):
                 self.fallbacks += 1
                 raw, lead = self._full_window(audio, kwargs), 0
             shift_ms = _ms(lead / SAMPLE_RATE)

@@ -14,7 +14,16 @@ measures, one process, the same clips for every setting:
   a decode at a mid-sentence pause sees);
 - how often the cut window's result was not trusted and decoded again.
 
+With ``--bursts``: the interim transcripts of speech over a paused reply instead. Bursts
+of backchannels and real interruptions (Piper and espeak-ng, quiet and with room noise
+at -45 dBFS), 250 / 400 / 600 ms after they begin, decoded on the stock window, on the
+cut window with its full guard, and with the loops-only guard the loop's interims use
+(:data:`audio.whisper_window.LOOPS_ONLY`): decode time, fallbacks, and what the
+interruption rule (:func:`assistant.turns.interruption.decide`) makes of each (a
+backchannel that would cut the reply; a real interruption cut at this interim).
+
     .venv/bin/python bench/bench_asr.py [--windows 0,10,20] [--threads 0] [--repeat 1]
+    .venv/bin/python bench/bench_asr.py --bursts
 """
 
 from __future__ import annotations
@@ -24,17 +33,31 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 from bench_turns import SENTENCES  # the end-of-turn test set's sentences and their cuts
 
-from assistant.app.config import default_config_path, load_config
+from assistant.app.config import AppConfig, default_config_path, load_config
 from assistant.app.models import resolve_asr, resolve_voice
 from assistant.app.report import format_table
-from assistant.replay.scenario import espeak_available, espeak_speech, piper_speech
+from assistant.replay.scenario import (
+    Say,
+    espeak_available,
+    espeak_speech,
+    piper_speech,
+    render_scenario,
+)
+from assistant.turns.interruption import (
+    Decision,
+    InterruptionFacts,
+    InterruptionOptions,
+    decide,
+)
 from audio.asr import ASROptions, Transcriber
 from audio.tts import Synthesizer, TTSOptions
+from audio.whisper_window import LOOPS_ONLY, WindowGuard
 
 RATE = 16_000
 SHORT = ("What is the capital of France?", "What colour is the sky?", "Name a big animal.",
@@ -119,13 +142,91 @@ def run(model_dir: Path, window_s: float, threads: int, data: dict[str, list[npt
             f"{tr.fallbacks}/{decodes}", *per_voice]
 
 
+BACKCHANNEL_BURSTS = ("Mm-hmm.", "Uh-huh.", "Right.", "Okay, I see.", "Yeah.", "Okay.")
+REAL_BURSTS = ("Stop, please.", "Wait, what about cats?", "No.", "Hold on.",
+               "Hang on a second.", "Actually, tell me about dogs.")
+BURST_CUTS_MS = (250, 400, 600)
+
+
+@dataclass(frozen=True)
+class Burst:
+    text: str
+    real: bool
+    cut_ms: int
+    pcm: npt.NDArray[np.float32]
+
+
+def bursts(cfg: AppConfig) -> list[Burst]:
+    """Each burst as the interim decode sees it: 300 ms of room noise before it."""
+    onnx, config_json = resolve_voice(cfg)
+    synth = Synthesizer(onnx, config_json, TTSOptions(noise_scale=0.0, noise_w_scale=0.0))
+    voices: list[Literal["piper", "espeak"]] = ["piper"]
+    if espeak_available():
+        voices.append("espeak")
+    out = []
+    for voice in voices:
+        for floor in (-65.0, -45.0):
+            for text in BACKCHANNEL_BURSTS + REAL_BURSTS:
+                scenario = render_scenario([Say(text, voice=voice)], synth, lead_ms=300, tail_ms=0,
+                                           noise_floor_dbfs=floor)
+                start = scenario.placed[0].start_ms * RATE // 1000
+                for cut in BURST_CUTS_MS:
+                    pcm = scenario.pcm[max(0, start - RATE * 3 // 10): start + cut * RATE // 1000]
+                    out.append(Burst(text, text in REAL_BURSTS, cut, pcm))
+    return out
+
+
+def burst_row(label: str, tr: Transcriber, guard: WindowGuard | None,
+              data: list[Burst]) -> list[str]:
+    options = InterruptionOptions()
+    tr.fallbacks = 0
+    times: list[float] = []
+    false_cuts = cuts = 0
+    for b in data:
+        t0 = time.perf_counter()
+        heard = tr.transcribe(b.pcm, word_timestamps=True, guard=guard)
+        times.append(time.perf_counter() - t0)
+        word_p = min((w.probability for seg in heard.segments for w in seg.words), default=1.0)
+        facts = InterruptionFacts(voiced_ms=b.cut_ms, speech_ended=False, text=heard.text,
+                                  word_p=word_p)
+        commit = decide(facts, options) is Decision.COMMIT
+        false_cuts += commit and not b.real
+        cuts += commit and b.real
+    n_real = sum(b.real for b in data)
+    return [label, f"{1000 * np.median(times):.0f}", f"{1000 * np.percentile(times, 90):.0f}",
+            f"{tr.fallbacks}/{len(data)}", f"{false_cuts}/{len(data) - n_real}",
+            f"{cuts}/{n_real}"]
+
+
+def burst_bench(cfg: AppConfig, threads: int) -> None:
+    data = bursts(cfg)
+    model_dir = resolve_asr(cfg)
+    window = cfg.asr.window_s or 10.0
+    stock = Transcriber(model_dir, ASROptions(window_s=0.0, cpu_threads=threads))
+    cut = Transcriber(model_dir, ASROptions(window_s=window, cpu_threads=threads))
+    for tr in (stock, cut):
+        tr.transcribe(data[0].pcm)  # warm up
+    print(f"{len(data)} bursts (cut {', '.join(map(str, BURST_CUTS_MS))} ms after they begin); "
+          "tiny.en int8", flush=True)
+    rows = [burst_row("30 s (stock)", stock, None, data),
+            burst_row(f"{window:g} s, full guard", cut, None, data),
+            burst_row(f"{window:g} s, loops-only guard (interims)", cut, LOOPS_ONLY, data)]
+    print(format_table(["window", "decode p50 ms", "p90 ms", "fallbacks",
+                        "backchannels that would cut", "real interruptions cut here"], rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--windows", default="0,10,20", help="encoder windows in seconds (0 = stock 30 s)")
     parser.add_argument("--threads", default="0", help="CTranslate2 cpu_threads values (0 = auto)")
     parser.add_argument("--repeat", type=int, default=1, help="decodes per clip (the fastest counts)")
+    parser.add_argument("--bursts", action="store_true",
+                        help="interim transcripts of short bursts over a paused reply instead")
     args = parser.parse_args()
     cfg = load_config(default_config_path())
+    if args.bursts:
+        burst_bench(cfg, int(args.threads.split(",")[0]))
+        return
     model_dir = resolve_asr(cfg)
     data = clips(*resolve_voice(cfg))
     n = len(next(iter(data.values())))

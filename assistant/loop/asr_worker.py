@@ -15,6 +15,7 @@ import numpy.typing as npt
 
 from assistant.loop.workers import Post, Worker
 from audio.streaming_asr import lowest_word_p
+from audio.whisper_window import LOOPS_ONLY, WindowGuard
 
 if TYPE_CHECKING:
     from audio.asr import Transcriber
@@ -172,7 +173,9 @@ class AsrWorker(Worker):
             utt = self._utts.get(utt_id)
             if utt is None:
                 return
-            text, word_p = self._decode(utt.samples(), with_p=True)
+            # A quick look (speech over a paused reply; the final decides on the full
+            # guard): no full-window decode for a burst only decoded with low confidence.
+            text, word_p = self._decode(utt.samples(), with_p=True, guard=LOOPS_ONLY)
             self.post(AsrPartial(utt_id, text, text, word_p))
         self.submit(command)
 
@@ -201,12 +204,12 @@ class AsrWorker(Worker):
                 utt.streaming.cancel()
         self.submit(command, priority="control")
 
-    def _decode(self, pcm: npt.NDArray[np.float32], with_p: bool = False
-                ) -> tuple[str, float]:
+    def _decode(self, pcm: npt.NDArray[np.float32], with_p: bool = False,
+                guard: WindowGuard | None = None) -> tuple[str, float]:
         """The text, and its lowest word probability when ``with_p`` (else 1.0)."""
         if pcm.size == 0:
             return "", 1.0
-        heard = self.transcriber.transcribe(pcm, word_timestamps=with_p)
+        heard = self.transcriber.transcribe(pcm, word_timestamps=with_p, guard=guard)
         return heard.text.strip(), lowest_word_p(heard.words)
 
 

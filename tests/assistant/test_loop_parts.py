@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from assistant.loop import event_log as log
-from assistant.loop.asr_worker import AsrFinal, AsrPreview, AsrWorker
+from assistant.loop.asr_worker import AsrFinal, AsrPartial, AsrPreview, AsrWorker
 from assistant.loop.metrics import compute_metrics, percentile
 from assistant.loop.playback import ReplyPlayback
 from assistant.loop.tts_worker import Presynthesized, SpeechChunk, TtsWorker
@@ -22,6 +22,7 @@ from assistant.speech.voice import ClauseRule, ReplyVoice, premade_clause
 from audio.clock import VirtualClock
 from audio.sinks import NullSink
 from audio.streaming_asr import StreamingASROptions
+from audio.whisper_window import LOOPS_ONLY
 from tests.replay.fakes import RATE, CountingTranscriber, ToneSynthesizer
 
 
@@ -270,6 +271,35 @@ def test_the_asr_worker_decodes_the_same_audio_once_at_a_pause() -> None:
         w.close()
     texts = [p.text for p in posted if isinstance(p, (AsrPreview, AsrFinal))]
     assert len(texts) == 4 and len(set(texts)) == 1 and texts[0]
+
+
+class _GuardRecorder(CountingTranscriber):
+    def __init__(self) -> None:
+        super().__init__()
+        self.guards: list[object] = []
+
+    def transcribe(self, pcm: np.ndarray, **kw: object) -> typing.Any:
+        self.guards.append(kw.get("guard"))
+        return super().transcribe(pcm)
+
+
+def test_the_asr_worker_takes_a_quick_look_for_an_interim_and_a_full_one_for_a_final() -> None:
+    posted: list[object] = []
+    asr = _GuardRecorder()
+    w = AsrWorker(asr, StreamingASROptions(partial_interval_ms=10_000), posted.append,  # type: ignore[arg-type]
+                  sample_rate=RATE)
+    loud = (0.1 * np.sin(np.arange(RATE // 2) / 3)).astype(np.float32)
+    try:
+        w.open(1, loud, 0)
+        w.interim(1)
+        w.idle().result(timeout=5)
+        w.finalize(1, loud.size, with_p=True)
+        w.idle().result(timeout=5)
+    finally:
+        w.close()
+    assert asr.guards == [LOOPS_ONLY, None]
+    assert [type(p) for p in posted if isinstance(p, (AsrPartial, AsrFinal))] == [AsrPartial,
+                                                                                 AsrFinal]
 
 
 class _TailedTones(ToneSynthesizer):

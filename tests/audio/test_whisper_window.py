@@ -13,7 +13,14 @@ import pytest
 
 from audio.asr import ASROptions, Transcriber
 from audio.resample import resample
-from audio.whisper_window import FULL_FRAMES, WindowGuard, content_frames, cut_window, looks_wrong
+from audio.whisper_window import (
+    FULL_FRAMES,
+    LOOPS_ONLY,
+    WindowGuard,
+    content_frames,
+    cut_window,
+    looks_wrong,
+)
 
 
 def _features(content: int, total: int = FULL_FRAMES) -> np.ndarray:
@@ -87,6 +94,43 @@ def test_an_untrusted_cut_window_decodes_again_on_the_full_window() -> None:
     assert out.text == "Stop please."
     assert model.windows == [1000, 0] and model.window_frames == 1000  # restored
     assert t.fallbacks == 1
+
+
+class UnsureOnCutWindow:
+    """A stand-in model: on a cut window a short burst comes out with little confidence
+    (or, with ``loop``, looping); on the full window, sure."""
+
+    def __init__(self, loop: bool = False) -> None:
+        self.window_frames = 1000
+        self.last_encoded_frames = 0
+        self.windows: list[int] = []
+        self.loop = loop
+
+    def transcribe(self, audio: np.ndarray, **kwargs: Any) -> Any:
+        self.windows.append(self.window_frames)
+        self.last_encoded_frames = self.window_frames or FULL_FRAMES
+        cut = bool(self.window_frames)
+        text = " Stop." * (30 if cut and self.loop else 1)
+        seg = SimpleNamespace(text=text, start=0.0, end=0.4, words=(), no_speech_prob=0.01,
+                              avg_logprob=-1.4 if cut else -0.4,
+                              tokens=list(range(2 * text.count("Stop"))),
+                              compression_ratio=15.0 if cut and self.loop else 1.0)
+        return iter([seg]), SimpleNamespace(language="en")
+
+
+@pytest.mark.parametrize(("loop", "guard", "windows"), [
+    (False, None, [1000, 0]),         # unsure: the full guard decodes again
+    (False, LOOPS_ONLY, [1000]),      # unsure: a quick look keeps it
+    (True, LOOPS_ONLY, [1000, 0]),    # a loop is never kept
+])
+def test_a_quick_look_decodes_again_only_a_loop(loop: bool, guard: WindowGuard | None,
+                                                windows: list[int]) -> None:
+    model = UnsureOnCutWindow(loop)
+    t = Transcriber.from_model(model, ASROptions(speech_check="none"))
+    out = t.transcribe(np.full(16000 // 2, 0.1, np.float32), guard=guard)
+    assert out.text == "Stop."
+    assert model.windows == windows
+    assert t.fallbacks == len(windows) - 1
 
 
 def _words(text: str) -> list[str]:
