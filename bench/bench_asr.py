@@ -37,6 +37,7 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
+from bench_loop import BACKCHANNELS, REAL  # the interruption set's words
 from bench_turns import SENTENCES  # the end-of-turn test set's sentences and their cuts
 
 from assistant.app.config import AppConfig, default_config_path, load_config
@@ -56,6 +57,7 @@ from assistant.turns.interruption import (
     decide,
 )
 from audio.asr import ASROptions, Transcriber
+from audio.streaming_asr import lowest_word_p
 from audio.tts import Synthesizer, TTSOptions
 from audio.whisper_window import LOOPS_ONLY, WindowGuard
 
@@ -142,9 +144,7 @@ def run(model_dir: Path, window_s: float, threads: int, data: dict[str, list[npt
             f"{tr.fallbacks}/{decodes}", *per_voice]
 
 
-BACKCHANNEL_BURSTS = ("Mm-hmm.", "Uh-huh.", "Right.", "Okay, I see.", "Yeah.", "Okay.")
-REAL_BURSTS = ("Stop, please.", "Wait, what about cats?", "No.", "Hold on.",
-               "Hang on a second.", "Actually, tell me about dogs.")
+REAL_BURSTS = REAL + ("No.", "Hold on.", "Hang on a second.", "Actually, tell me about dogs.")
 BURST_CUTS_MS = (250, 400, 600)
 
 
@@ -166,7 +166,7 @@ def bursts(cfg: AppConfig) -> list[Burst]:
     out = []
     for voice in voices:
         for floor in (-65.0, -45.0):
-            for text in BACKCHANNEL_BURSTS + REAL_BURSTS:
+            for text in BACKCHANNELS + REAL_BURSTS:
                 scenario = render_scenario([Say(text, voice=voice)], synth, lead_ms=300, tail_ms=0,
                                            noise_floor_dbfs=floor)
                 start = scenario.placed[0].start_ms * RATE // 1000
@@ -186,9 +186,8 @@ def burst_row(label: str, tr: Transcriber, guard: WindowGuard | None,
         t0 = time.perf_counter()
         heard = tr.transcribe(b.pcm, word_timestamps=True, guard=guard)
         times.append(time.perf_counter() - t0)
-        word_p = min((w.probability for seg in heard.segments for w in seg.words), default=1.0)
         facts = InterruptionFacts(voiced_ms=b.cut_ms, speech_ended=False, text=heard.text,
-                                  word_p=word_p)
+                                  word_p=lowest_word_p(heard.words))
         commit = decide(facts, options) is Decision.COMMIT
         false_cuts += commit and not b.real
         cuts += commit and b.real

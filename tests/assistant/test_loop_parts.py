@@ -246,17 +246,25 @@ def test_a_reply_speaks_a_running_presynthesis_and_skips_a_queued_one() -> None:
     assert synth.spans == [clause.text, text[len(clause.text):].strip()]
 
 
+_LOUD = (0.1 * np.sin(np.arange(RATE // 2) / 3)).astype(np.float32)
+"""Half a second a `CountingTranscriber` hears as words."""
+
+
+def _asr_worker(asr: CountingTranscriber, posted: list[object]) -> AsrWorker:
+    """An ASR worker posting to `posted`, with no display partials of its own."""
+    return AsrWorker(asr, StreamingASROptions(partial_interval_ms=10_000),  # type: ignore[arg-type]
+                     posted.append, sample_rate=RATE)
+
+
 def test_the_asr_worker_decodes_the_same_audio_once_at_a_pause() -> None:
     # A preview asked for again (a cut decided inside the pause) and the final of the
     # same span reuse the pause's decode; asking for word probabilities decodes afresh.
     posted: list[object] = []
     asr = CountingTranscriber()
-    w = AsrWorker(asr, StreamingASROptions(partial_interval_ms=10_000), posted.append,  # type: ignore[arg-type]
-                  sample_rate=RATE)
-    loud = (0.1 * np.sin(np.arange(RATE // 2) / 3)).astype(np.float32)
+    w = _asr_worker(asr, posted)
     try:
-        w.open(1, np.concatenate([loud, np.zeros(RATE // 5, np.float32)]), 0)
-        end = loud.size + RATE // 10
+        w.open(1, np.concatenate([_LOUD, np.zeros(RATE // 5, np.float32)]), 0)
+        end = _LOUD.size + RATE // 10
         w.preview(1, end)
         w.preview(1, end)
         w.idle().result(timeout=5)
@@ -273,27 +281,15 @@ def test_the_asr_worker_decodes_the_same_audio_once_at_a_pause() -> None:
     assert len(texts) == 4 and len(set(texts)) == 1 and texts[0]
 
 
-class _GuardRecorder(CountingTranscriber):
-    def __init__(self) -> None:
-        super().__init__()
-        self.guards: list[object] = []
-
-    def transcribe(self, pcm: np.ndarray, **kw: object) -> typing.Any:
-        self.guards.append(kw.get("guard"))
-        return super().transcribe(pcm)
-
-
 def test_the_asr_worker_takes_a_quick_look_for_an_interim_and_a_full_one_for_a_final() -> None:
     posted: list[object] = []
-    asr = _GuardRecorder()
-    w = AsrWorker(asr, StreamingASROptions(partial_interval_ms=10_000), posted.append,  # type: ignore[arg-type]
-                  sample_rate=RATE)
-    loud = (0.1 * np.sin(np.arange(RATE // 2) / 3)).astype(np.float32)
+    asr = CountingTranscriber()
+    w = _asr_worker(asr, posted)
     try:
-        w.open(1, loud, 0)
+        w.open(1, _LOUD, 0)
         w.interim(1)
         w.idle().result(timeout=5)
-        w.finalize(1, loud.size, with_p=True)
+        w.finalize(1, _LOUD.size, with_p=True)
         w.idle().result(timeout=5)
     finally:
         w.close()

@@ -59,9 +59,12 @@ class CountingTranscriber:
     def __init__(self, min_loud_blocks: int = 0) -> None:
         self.calls = 0
         self.min_loud_blocks = min_loud_blocks
+        self.guards: list[object] = []
+        """The ``guard`` of every call (None: the transcriber's default)."""
 
-    def transcribe(self, pcm: npt.NDArray[np.float32], **_: object) -> _Text:
+    def transcribe(self, pcm: npt.NDArray[np.float32], **kw: object) -> _Text:
         self.calls += 1
+        self.guards.append(kw.get("guard"))
         block = RATE // 10
         n = pcm.size // block
         loud = sum(1 for i in range(n)
