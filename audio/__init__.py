@@ -52,6 +52,7 @@ __all__ = [
     "VadOptions",
     "VadEvent",
     "SpeechStarted",
+    "PauseOnset",
     "ShortPause",
     "SpeechResumed",
     "SpeechStopped",
@@ -101,6 +102,7 @@ _WHERE = {
     "VadOptions": "audio.vad",
     "VadEvent": "audio.vad",
     "SpeechStarted": "audio.vad",
+    "PauseOnset": "audio.vad",
     "ShortPause": "audio.vad",
     "SpeechResumed": "audio.vad",
     "SpeechStopped": "audio.vad",
@@ -139,6 +141,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     )
     from audio.tts import StreamingTTS, Synthesizer
     from audio.vad import (
+        PauseOnset,
         ShortPause,
         SpeechResumed,
         SpeechStarted,

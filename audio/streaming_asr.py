@@ -24,6 +24,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audio.asr import TranscribedWord, Transcriber, as_asr_input
+from audio.whisper_window import WindowGuard
 
 __all__ = [
     "lowest_word_p",
@@ -186,12 +187,16 @@ class StreamingTranscriber:
 
     @classmethod
     def from_transcriber(
-        cls, transcriber: Transcriber, options: StreamingASROptions | None = None
+        cls, transcriber: Transcriber, options: StreamingASROptions | None = None,
+        *, guard: WindowGuard | None = None,
     ) -> StreamingTranscriber:
-        """Decode with a loaded :class:`~audio.asr.Transcriber` (silence gate on)."""
+        """Decode with a loaded :class:`~audio.asr.Transcriber` (silence gate on);
+        ``guard``: when a cut-window decode is decoded again on the full window (None:
+        the transcriber's default; see :mod:`audio.whisper_window`)."""
 
         def decode(audio: npt.NDArray[np.float32], prompt: str | None) -> Sequence[TranscribedWord]:
-            return transcriber.transcribe(audio, word_timestamps=True, initial_prompt=prompt).words
+            return transcriber.transcribe(audio, word_timestamps=True, initial_prompt=prompt,
+                                          guard=guard).words
 
         return cls(decode, options)
 

@@ -25,6 +25,7 @@ import numpy.typing as npt
 from audio.chunk import AudioChunk
 from audio.errors import AudioValueError
 from audio.vad_machine import (
+    PauseOnset,
     ShortPause,
     SpeechResumed,
     SpeechStarted,
@@ -40,6 +41,7 @@ __all__ = [
     "VadOptions",
     "VadEvent",
     "SpeechStarted",
+    "PauseOnset",
     "ShortPause",
     "SpeechResumed",
     "SpeechStopped",

@@ -37,6 +37,7 @@ __all__ = [
     "VadOptions",
     "VadEvent",
     "SpeechStarted",
+    "PauseOnset",
     "ShortPause",
     "SpeechResumed",
     "SpeechStopped",
@@ -62,6 +63,9 @@ class VadOptions:
     """Audio kept before the back-dated onset and attached to SpeechStarted."""
     short_pause_ms: int = 200
     """Silence inside a turn that emits one ShortPause (speculation hook)."""
+    pause_onset_ms: int = 100
+    """Silence inside a turn that emits one PauseOnset, before the ShortPause (0, or not
+    below ``short_pause_ms``: none)."""
     end_of_turn_ms: int = 550
     """Silence that ends the turn (SpeechStopped)."""
     energy_floor_dbfs: float = -55.0
@@ -99,7 +103,7 @@ class VadOptions:
                 raise AudioValueError(f"vad {name} must be positive, got {getattr(self, name)}")
         if self.noise_window_ms < self.frame_ms:
             raise AudioValueError(f"vad noise_window_ms must be >= frame_ms, got {self.noise_window_ms}")
-        for name in ("prefix_padding_ms", "onset_gap_ms"):
+        for name in ("prefix_padding_ms", "onset_gap_ms", "pause_onset_ms"):
             if getattr(self, name) < 0:
                 raise AudioValueError(f"vad {name} must be >= 0, got {getattr(self, name)}")
         if self.end_of_turn_ms < self.short_pause_ms:
@@ -152,6 +156,12 @@ class SpeechStarted(VadEvent):
 
 
 @dataclass(frozen=True)
+class PauseOnset(VadEvent):
+    """``pause_onset_ms`` of silence inside a turn (it may become a ShortPause);
+    ``start_sample`` is where the silence began, as the ShortPause will report it."""
+
+
+@dataclass(frozen=True)
 class ShortPause(VadEvent):
     """``short_pause_ms`` of silence inside a turn; ``start_sample`` is where it began."""
 
@@ -195,6 +205,8 @@ class VadStateMachine:
         self._resume_frames = max(1, -(-(options.min_speech_ms // 2) // f))
         self._gap_frames = options.onset_gap_ms // f
         self._short_pause = options.ms_to_samples(options.short_pause_ms)
+        onset = options.ms_to_samples(options.pause_onset_ms)
+        self._pause_onset = onset if 0 < onset < self._short_pause else None
         self._end_of_turn = options.ms_to_samples(options.end_of_turn_ms)
         self.reset()
 
@@ -203,6 +215,7 @@ class VadStateMachine:
         self._turn_start = 0
         self._last_speech_end = 0
         self._pause_sent = False
+        self._onset_sent = False
         self._cand: _Candidate | None = None
         self._pause_limit = self._end_of_turn
 
@@ -238,7 +251,7 @@ class VadStateMachine:
                 events.append(SpeechStarted(confirmed.start_sample, frame_end, rate))
             elif self._pause_sent:
                 events.append(SpeechResumed(confirmed.start_sample, frame_end, rate))
-            self._pause_sent = False
+            self._pause_sent = self._onset_sent = False
             self._pause_limit = self._end_of_turn
             self._last_speech_end = frame_end
             return events
@@ -246,6 +259,10 @@ class VadStateMachine:
             return events
         # A pending candidate may be speech: the pause so far ends where it began.
         pause_end = frame_end if self._cand is None else self._cand.start_sample
+        if self._pause_onset is not None and not self._onset_sent \
+                and pause_end - self._last_speech_end >= self._pause_onset:
+            self._onset_sent = True
+            events.append(PauseOnset(self._last_speech_end, frame_end, rate))
         if pause_end - self._last_speech_end >= self._short_pause and not self._pause_sent:
             self._pause_sent = True
             events.append(ShortPause(self._last_speech_end, frame_end, rate))

@@ -6,7 +6,7 @@ Whisper decode of a short question is mostly the encoder's fixed 30 s window. Th
 measures, one process, the same clips for every setting:
 
 - decode time (p50 / p90 per utterance, speech padded like the loop's: 250 ms before,
-  200 ms after) of the stock 30 s window (faster-whisper, the peer) and of shorter
+  the ASR tail after, ``--tails-ms``) of the stock 30 s window (faster-whisper, the peer) and of shorter
   encoder windows (``asr.window_s``, with the full-window fallback of
   :mod:`audio.whisper_window`), at CTranslate2 thread counts;
 - word error rate per voice (Piper at three rates, Piper in room noise at -35 and -30
@@ -94,8 +94,9 @@ def edit_distance(a: list[str], b: list[str]) -> int:
     return row[len(b)]
 
 
-def clips(onnx: Path, config_json: Path) -> dict[str, list[npt.NDArray[np.float32]]]:
-    rng = np.random.default_rng(0)
+def speech(onnx: Path, config_json: Path) -> dict[str, list[npt.NDArray[np.float32]]]:
+    """Each voice's utterances, without the synthesiser's trailing silence (the VAD ends
+    the speech where the sound ends: the tail after it is the loop's choice)."""
     out: dict[str, list[npt.NDArray[np.float32]]] = {}
     for v in VOICES:
         if v.speaker == "espeak":
@@ -107,17 +108,38 @@ def clips(onnx: Path, config_json: Path) -> dict[str, list[npt.NDArray[np.float3
             synth = Synthesizer(onnx, config_json, TTSOptions(
                 length_scale=v.length_scale, noise_scale=0.0, noise_w_scale=0.0))
             pcms = [piper_speech(synth, t) for t in TEXTS]
-        padded = [np.concatenate([np.zeros(RATE // 4, np.float32), p, np.zeros(RATE // 5, np.float32)])
-                  for p in pcms]
-        if v.noise_dbfs is not None:
-            padded = [(p + rng.standard_normal(p.size) * 10 ** (v.noise_dbfs / 20)).astype(np.float32)
+        out[v.name] = [trim_silence(p) for p in pcms]
+    return out
+
+
+def trim_silence(pcm: npt.NDArray[np.float32], frame: int = RATE // 100,
+                 floor_dbfs: float = -45.0) -> npt.NDArray[np.float32]:
+    """``pcm`` up to the end of its last 10 ms frame louder than ``floor_dbfs``."""
+    n = pcm.size // frame
+    rms = np.sqrt(np.mean(pcm[: n * frame].reshape(n, frame) ** 2, axis=1) + 1e-12)
+    loud = np.flatnonzero(20 * np.log10(rms) > floor_dbfs)
+    return pcm[: (loud[-1] + 1) * frame] if loud.size else pcm
+
+
+def clips(voices: dict[str, list[npt.NDArray[np.float32]]],
+          tail_ms: int) -> dict[str, list[npt.NDArray[np.float32]]]:
+    """Each utterance as a decode sees it: 250 ms before, ``tail_ms`` of silence after,
+    plus the voice's room noise."""
+    rng = np.random.default_rng(0)
+    noise = {v.name: v.noise_dbfs for v in VOICES}
+    out: dict[str, list[npt.NDArray[np.float32]]] = {}
+    for name, pcms in voices.items():
+        tail = np.zeros(RATE * tail_ms // 1000, np.float32)
+        padded = [np.concatenate([np.zeros(RATE // 4, np.float32), p, tail]) for p in pcms]
+        if (level := noise[name]) is not None:
+            padded = [(p + rng.standard_normal(p.size) * 10 ** (level / 20)).astype(np.float32)
                       for p in padded]
-        out[v.name] = padded
+        out[name] = padded
     return out
 
 
 def run(model_dir: Path, window_s: float, threads: int, data: dict[str, list[npt.NDArray[np.float32]]],
-        repeat: int) -> list[str]:
+        repeat: int, tail_ms: int) -> list[str]:
     tr = Transcriber(model_dir, ASROptions(window_s=window_s, cpu_threads=threads))
     tr.transcribe(data[VOICES[0].name][0])  # warm up
     tr.fallbacks = 0
@@ -139,7 +161,7 @@ def run(model_dir: Path, window_s: float, threads: int, data: dict[str, list[npt
         errors, total = errors + e, total + n
     decodes = len(times) * repeat
     label = "30 s (stock)" if window_s == 0 else f"{window_s:g} s"
-    return [label, str(threads or "auto"), f"{1000 * np.median(times):.0f}",
+    return [label, str(threads or "auto"), str(tail_ms), f"{1000 * np.median(times):.0f}",
             f"{1000 * np.percentile(times, 90):.0f}", f"{100 * errors / total:.1f}",
             f"{tr.fallbacks}/{decodes}", *per_voice]
 
@@ -218,6 +240,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--windows", default="0,10,20", help="encoder windows in seconds (0 = stock 30 s)")
     parser.add_argument("--threads", default="0", help="CTranslate2 cpu_threads values (0 = auto)")
+    parser.add_argument("--tails-ms", default="200",
+                        help="silence after the speech in each decode, ms (the loop's asr tail), "
+                             "comma-separated")
     parser.add_argument("--repeat", type=int, default=1, help="decodes per clip (the fastest counts)")
     parser.add_argument("--bursts", action="store_true",
                         help="interim transcripts of short bursts over a paused reply instead")
@@ -227,16 +252,18 @@ def main() -> None:
         burst_bench(cfg, int(args.threads.split(",")[0]))
         return
     model_dir = resolve_asr(cfg)
-    data = clips(*resolve_voice(cfg))
-    n = len(next(iter(data.values())))
-    print(f"{n} utterances x {len(data)} voices; tiny.en int8; decode = one utterance, best of {args.repeat}",
-          flush=True)
     rows = []
-    for threads in (int(t) for t in args.threads.split(",")):
-        for window in (float(w) for w in args.windows.split(",")):
-            rows.append(run(model_dir, window, threads, data, args.repeat))
-            print(f"  done: window {window:g} s, threads {threads}", flush=True)
-    print(format_table(["window", "threads", "decode p50 ms", "p90 ms", "WER %", "fallbacks",
+    voices = speech(*resolve_voice(cfg))
+    for tail_ms in (int(t) for t in args.tails_ms.split(",")):
+        data = clips(voices, tail_ms)
+        n = len(next(iter(data.values())))
+        print(f"{n} utterances x {len(data)} voices, {tail_ms} ms of silence after each; tiny.en "
+              f"int8; decode = one utterance, best of {args.repeat}", flush=True)
+        for threads in (int(t) for t in args.threads.split(",")):
+            for window in (float(w) for w in args.windows.split(",")):
+                rows.append(run(model_dir, window, threads, data, args.repeat, tail_ms))
+                print(f"  done: window {window:g} s, threads {threads}", flush=True)
+    print(format_table(["window", "threads", "tail ms", "decode p50 ms", "p90 ms", "WER %", "fallbacks",
                         *[f"WER {v}" for v in data]], rows))
 
 

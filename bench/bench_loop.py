@@ -22,6 +22,7 @@ interruptions (stopped within one buffer, committed how long after the speech be
 the gap heard on a resume, and engine sequence == history after every case.
 
     .venv/bin/python bench/bench_loop.py [--questions N] [--keep DIR] [--weights bf16]
+        [--pause-onset-ms 0]
     .venv/bin/python bench/bench_loop.py --interruptions [--realtime] [--interim-every-ms 100]
 """
 
@@ -253,6 +254,9 @@ def main() -> int:
                         help="run only the longer end-of-turn configuration")
     parser.add_argument("--short-pause-ms", type=int, default=0,
                         help="also run the semantic end of turn with this short pause (0: skip)")
+    parser.add_argument("--pause-onset-ms", type=int, default=None,
+                        help="also run the semantic end of turn with this vad.pause_onset_ms "
+                             "(0: a pause's transcript decodes only when the pause counts)")
     parser.add_argument("--interruptions", action="store_true",
                         help="the interruption set (backchannels, noises, real interruptions)")
     parser.add_argument("--realtime", action="store_true",
@@ -293,6 +297,9 @@ def main() -> int:
                 ("fixed 550 ms", {"vad.end_of_turn": "fixed"}),
                 ("speculation off", {"turns.speculate": False}),
             ]
+        if args.pause_onset_ms is not None:
+            configs.append((f"semantic, pause onset {args.pause_onset_ms} ms",
+                            {"vad.pause_onset_ms": args.pause_onset_ms}))
         if args.short_pause_ms:
             configs.append((f"semantic, short pause {args.short_pause_ms} ms",
                             {"vad.short_pause_ms": args.short_pause_ms}))

@@ -81,6 +81,8 @@ class VadConfig(_Section):
     min_speech_ms: int = Field(120, gt=0)
     prefix_padding_ms: int = Field(300, ge=0)
     short_pause_ms: int = Field(200, gt=0)
+    pause_onset_ms: int = Field(100, ge=0)
+    """Silence after which a pause's transcript starts decoding (0: at the short pause)."""
     end_of_turn_ms: int = Field(550, gt=0)
     end_of_turn: Literal["fixed", "semantic"] = "semantic"
     semantic_min_ms: int = Field(250, gt=0)

@@ -82,6 +82,7 @@ def vad_options(cfg: AppConfig, energy_floor_dbfs: float | None = None) -> VadOp
         min_speech_ms=max(v.min_speech_ms, 1),
         prefix_padding_ms=v.prefix_padding_ms,
         short_pause_ms=v.short_pause_ms,
+        pause_onset_ms=v.pause_onset_ms,
         end_of_turn_ms=v.end_of_turn_ms,
         sample_rate=cfg.audio.sample_rate,
         frame_ms=cfg.audio.frame_ms,
@@ -276,6 +277,8 @@ class _Session:
         if isinstance(event, self.ev.SpeechStarted):
             kind = "speech started"
             text = f"onset {event.start_sample / rate:.3f} s (+{1000 * (at - event.start_sample) / rate:.0f} ms to decide)"
+        elif isinstance(event, self.ev.PauseOnset):
+            kind, text = "pause onset", f"silent since {event.start_sample / rate:.3f} s"
         elif isinstance(event, self.ev.ShortPause):
             kind, text = "short pause", f"silent since {event.start_sample / rate:.3f} s"
         elif isinstance(event, self.ev.SpeechResumed):

@@ -126,7 +126,11 @@ class AsrWorker(Worker):
         from audio.streaming_asr import StreamingTranscriber
 
         def command() -> None:
-            streaming = StreamingTranscriber.from_transcriber(self.transcriber, self.options)
+            # Display partials are quick looks too: a first half second is unsure on any
+            # window, and a full-window decode of it (~0.5 s here) would hold up the
+            # pause's transcript behind it.
+            streaming = StreamingTranscriber.from_transcriber(self.transcriber, self.options,
+                                                              guard=LOOPS_ONLY)
             utt = _Utterance(start_sample, streaming)
             self._utts[utt_id] = utt
             if pcm.size:
@@ -151,21 +155,35 @@ class AsrWorker(Worker):
                 utt.partials = not hold
         self.submit(command, priority="control")
 
-    def preview(self, utt_id: int, end_sample: int, *, with_p: bool = False) -> None:
-        """Decode up to ``end_sample``; ``with_p``: with word probabilities (speech over
-        a paused reply: a guess must not cut it)."""
+    def prepare(self, utt_id: int, end_sample: int, *, with_p: bool = False) -> None:
+        """Decode up to ``end_sample`` and keep it, posting nothing: the preview (or the
+        final) of the same audio, if asked for, is then ready at once."""
         # Normal priority on purpose: the audio up to end_sample is in earlier feeds.
         def command() -> None:
             utt = self._utts.get(utt_id)
             if utt is not None:
-                pcm = utt.samples(end_sample)
-                decoded = utt.preview
-                if decoded is None or not decoded.covers(end_sample, pcm.size, with_p):
-                    text, word_p = self._decode(pcm, with_p)
-                    decoded = utt.preview = _Decoded(end_sample, pcm.size, text, word_p, with_p)
-                text, word_p = decoded.text, decoded.word_p  # the same audio: the same text
-                self.post(AsrPreview(utt_id, text, end_sample, word_p))
+                self._preview_decode(utt, end_sample, with_p)
         self.submit(command)
+
+    def preview(self, utt_id: int, end_sample: int, *, with_p: bool = False) -> None:
+        """Decode up to ``end_sample``; ``with_p``: with word probabilities (speech over
+        a paused reply: a guess must not cut it)."""
+        def command() -> None:
+            utt = self._utts.get(utt_id)
+            if utt is not None:
+                decoded = self._preview_decode(utt, end_sample, with_p)
+                self.post(AsrPreview(utt_id, decoded.text, end_sample, decoded.word_p))
+        self.submit(command)
+
+    def _preview_decode(self, utt: _Utterance, end_sample: int, with_p: bool) -> _Decoded:
+        """The decode of the audio up to ``end_sample``: the kept one if it is that audio
+        (the same audio: the same text), else a new one, kept."""
+        pcm = utt.samples(end_sample)
+        decoded = utt.preview
+        if decoded is None or not decoded.covers(end_sample, pcm.size, with_p):
+            text, word_p = self._decode(pcm, with_p)
+            decoded = utt.preview = _Decoded(end_sample, pcm.size, text, word_p, with_p)
+        return decoded
 
     def interim(self, utt_id: int) -> None:
         """Decode all the utterance's audio so far now, posted as a partial."""

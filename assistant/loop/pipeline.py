@@ -50,8 +50,14 @@ from assistant.loop.router import LoopParts, handle_output, poll_playback, run_a
 from assistant.loop.tasks import cancel_and_wait
 from assistant.loop.tts_worker import TtsWorker
 from assistant.loop.types import EntryCallback, PipelineError, PipelineOptions, PipelineResult
-from assistant.loop.utterances import UtteranceTracker
-from assistant.speech.listener import Listener, UtteranceAudio, UtteranceClosed, UtteranceOpened
+from assistant.loop.utterances import UtteranceTracker, decode_tail_ms
+from assistant.speech.listener import (
+    Listener,
+    UtteranceAudio,
+    UtteranceClosed,
+    UtteranceOpened,
+    UtterancePaused,
+)
 from assistant.speech.voice import DEFAULT_CLAUSES, ClauseRule
 from assistant.turns.events import (
     BargeIn,
@@ -106,7 +112,6 @@ class Pipeline:
         self.tts = TtsWorker(synthesizer, post, clauses=clauses)
         self._stages: tuple[Any, ...] = (self.dialogue, self.asr, self.tts)
         self.utterances = UtteranceTracker(self.asr, rate=listener.rate,
-                                           tail_ms=self.options.asr_tail_ms,
                                            quiet_hold_ms=self.options.quiet_hold_ms)
         self.playback = PlaybackController(sink, int(synthesizer.sample_rate),
                                            gain_db=self.options.output_gain_db)
@@ -114,7 +119,7 @@ class Pipeline:
             tm=turn_manager, utterances=self.utterances, playback=self.playback,
             dialogue=self.dialogue, tts=self.tts, options=self.options, emit=self._emit,
             now_ms=self.now_ms, turn_input=self._turn_input, fail=self._fail,
-            short_pause_ms=lambda: self.listener.options.short_pause_ms,
+            asr_tail_ms=self._asr_tail_ms,
             set_pause_limit=lambda ms: self.listener.set_pause_limit(ms))
         self._next_input_sample = 0
         self._pending_vad: VadOptions | None = None
@@ -202,6 +207,9 @@ class Pipeline:
                 self.utterances.open(out.pcm, out.start_sample)
             elif isinstance(out, UtteranceAudio):
                 self.utterances.audio(out.pcm)
+            elif isinstance(out, UtterancePaused):
+                self.utterances.paused(out.speech_end_sample, self._asr_tail_ms(),
+                                       with_p=self.tm.paused_turn_id is not None)
             elif isinstance(out, UtteranceClosed):
                 self.utterances.closed(out.speech_end_sample)
                 self._apply_vad()
@@ -323,6 +331,10 @@ class Pipeline:
 
     # ------------------------------------------------------------------ routing
 
+    def _asr_tail_ms(self) -> int:
+        vad = self.listener.options
+        return decode_tail_ms(self.options.asr_tail_ms, vad.short_pause_ms, vad.pause_onset_ms)
+
     def _handle(self, item: Any) -> None:
         handle_output(self.parts, item)
 
@@ -340,8 +352,7 @@ class Pipeline:
         elif isinstance(event, ShortPause):
             self._emit(log.PauseEntry(event.t_ms, self.listener.ms(
                 self.listener.pause_start_sample)))
-            self.utterances.short_pause(self.listener.pause_start_sample,
-                                        self.listener.options.short_pause_ms)
+            self.utterances.short_pause(self.listener.pause_start_sample, self._asr_tail_ms())
         elif isinstance(event, SpeechResumed):
             self.utterances.speech_resumed()
         elif isinstance(event, EndOfTurn):

@@ -79,7 +79,8 @@ class LoopParts:
     """Feed the turn manager (and carry out its actions); returns them."""
     fail: Callable[[BaseException], None]
     """The conversation cannot go on: raise this at the next frame."""
-    short_pause_ms: Callable[[], int]
+    asr_tail_ms: Callable[[], int]
+    """Silence after the speech that preview and final decodes include."""
     set_pause_limit: Callable[[int], None]
     """End the user's turn after this much silence in the current pause (the VAD)."""
     spec_texts: dict[int, str] = field(default_factory=dict)
@@ -248,7 +249,7 @@ def _set_pause_limit(p: LoopParts, action: SetEndOfTurnSilence, cause: TurnInput
 def _finalize(p: LoopParts, action: FinalizeUtterance, cause: TurnInput) -> None:
     assert isinstance(cause, EndOfTurn)
     p.emit(log.SpeechStoppedEntry(cause.t_ms, cause.speech_end_ms))
-    p.utterances.finalize(p.short_pause_ms(), with_p=p.tm.paused_turn_id is not None)
+    p.utterances.finalize(p.asr_tail_ms(), with_p=p.tm.paused_turn_id is not None)
 
 
 def _discard(p: LoopParts, action: DiscardUtterance, cause: TurnInput) -> None:

@@ -133,7 +133,7 @@ def vad_options(cfg: AppConfig) -> VadOptions:
     return VadOptions(backend=v.backend, aggressiveness=v.aggressiveness,
                       silero_threshold=v.silero_threshold, min_speech_ms=v.min_speech_ms,
                       prefix_padding_ms=v.prefix_padding_ms, short_pause_ms=v.short_pause_ms,
-                      end_of_turn_ms=end_of_turn_options(cfg).longest_ms,
+                      pause_onset_ms=v.pause_onset_ms, end_of_turn_ms=end_of_turn_options(cfg).longest_ms,
                       sample_rate=cfg.audio.sample_rate, frame_ms=cfg.audio.frame_ms)
 
 

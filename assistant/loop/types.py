@@ -22,7 +22,9 @@ class PipelineError(RuntimeError):
 @dataclass(frozen=True)
 class PipelineOptions:
     asr_tail_ms: int = 200
-    """Audio after the end of speech included in preview and final decodes."""
+    """At most this much audio after the end of speech is included in preview and final
+    decodes (no more than a pause has when its preview decodes: see
+    :func:`assistant.loop.utterances.decode_tail_ms`)."""
     quiet_hold_ms: int = 40
     """Hold display partials after this much unvoiced input in an open utterance (0: only
     at the short pause), so the pause-time preview decode does not queue behind one."""

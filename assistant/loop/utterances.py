@@ -5,7 +5,10 @@ and carries out the turn manager's ASR actions with the right audio span: a prev
 a short pause (the speech plus the same tail a final decode will see, so a final of the
 same audio is the same text and a speculation can hit), the final at the end of turn,
 or a discard. It also holds display partials while the user is quiet, so that no
-partial re-decode is in flight on the worker when the pause asks for the preview.
+partial re-decode is in flight on the worker when the pause asks for the preview, and
+decodes that preview's audio early, when the silence starts (``vad.pause_onset_ms``):
+on a 2-core CPU the decode takes ~150 ms, which then runs while the pause is still
+being confirmed, not after it (the tail is at most the onset, so its audio is there).
 
 Pure bookkeeping over an :class:`~assistant.loop.asr_worker.AsrWorker`; runs on the
 event loop.
@@ -20,7 +23,15 @@ import numpy.typing as npt
 
 from assistant.loop.asr_worker import AsrWorker
 
-__all__ = ["UtteranceTracker"]
+__all__ = ["UtteranceTracker", "decode_tail_ms"]
+
+
+def decode_tail_ms(max_tail_ms: int, short_pause_ms: int, pause_onset_ms: int) -> int:
+    """Silence after the speech that preview and final decodes include: at most
+    ``max_tail_ms``, and no more than a pause has when its preview is decoded (at the
+    onset when there is one, else at the short pause), so that audio is there."""
+    tail = min(max_tail_ms, short_pause_ms)
+    return min(tail, pause_onset_ms) if 0 < pause_onset_ms < short_pause_ms else tail
 
 
 @dataclass
@@ -33,11 +44,9 @@ class _Utt:
 class UtteranceTracker:
     """See the module docstring. Times are samples at the listener's ``rate``."""
 
-    def __init__(self, asr: AsrWorker, *, rate: int, tail_ms: int, quiet_hold_ms: int) -> None:
+    def __init__(self, asr: AsrWorker, *, rate: int, quiet_hold_ms: int) -> None:
         self.asr = asr
         self.rate = rate
-        self.tail_ms = tail_ms
-        """Audio after the end of speech included in preview and final decodes."""
         self.quiet_hold_ms = quiet_hold_ms
         self._next_id = 1
         self._utt: _Utt | None = None
@@ -89,11 +98,17 @@ class UtteranceTracker:
             self._quiet_hold = True
             self.asr.hold_partials(utt.utt_id, True)
 
-    def short_pause(self, pause_start_sample: int, short_pause_ms: int) -> None:
+    def paused(self, pause_start_sample: int, tail_ms: int, *, with_p: bool = False) -> None:
+        """The speech went quiet at ``pause_start_sample`` (a pause may be starting):
+        decode what its preview will (see :func:`decode_tail_ms`), posting nothing."""
+        if self._utt is not None and self._utt.end_sample is None:
+            self.asr.prepare(self._utt.utt_id, self._end(pause_start_sample, tail_ms),
+                             with_p=with_p)
+
+    def short_pause(self, pause_start_sample: int, tail_ms: int) -> None:
         """A pause began at ``pause_start_sample``: a preview decodes up to it plus the
         tail (the tail fits in the pause, so that audio is there)."""
-        tail = min(self.tail_ms, short_pause_ms)
-        self._pause_end_sample = pause_start_sample + tail * self.rate // 1000
+        self._pause_end_sample = self._end(pause_start_sample, tail_ms)
         self._quiet_hold = False  # the pause holds them now, until speech resumes
         if self._utt is not None:
             self.asr.hold_partials(self._utt.utt_id, True)
@@ -114,14 +129,17 @@ class UtteranceTracker:
         if self._utt is not None and self._utt.end_sample is None:
             self.asr.interim(self._utt.utt_id)
 
-    def finalize(self, short_pause_ms: int, *, with_p: bool = False) -> None:
+    def finalize(self, tail_ms: int, *, with_p: bool = False) -> None:
         """Decode the utterance to its end (plus the tail); the final comes back later."""
         if self._utt is None:
             return
-        tail = min(self.tail_ms, short_pause_ms) * self.rate // 1000
         self._finals.append(self._utt.utt_id)
-        self.asr.finalize(self._utt.utt_id, (self._utt.end_sample or 0) + tail, with_p=with_p)
+        self.asr.finalize(self._utt.utt_id, self._end(self._utt.end_sample or 0, tail_ms),
+                          with_p=with_p)
         self._utt = None
+
+    def _end(self, speech_end_sample: int, tail_ms: int) -> int:
+        return speech_end_sample + tail_ms * self.rate // 1000
 
     def discard(self) -> None:
         if self._utt is not None:

@@ -29,7 +29,8 @@ from audio import vad as vad_mod
 from audio.chunk import AudioChunk
 from audio.echo import EchoProcessor
 
-__all__ = ["UtteranceOpened", "UtteranceAudio", "UtteranceClosed", "ListenerOutput", "Listener"]
+__all__ = ["UtteranceOpened", "UtteranceAudio", "UtterancePaused", "UtteranceClosed",
+           "ListenerOutput", "Listener"]
 
 
 @dataclass(frozen=True)
@@ -49,13 +50,22 @@ class UtteranceAudio:
 
 
 @dataclass(frozen=True)
+class UtterancePaused:
+    """The open utterance went quiet at ``speech_end_sample`` (``vad.pause_onset_ms`` ago):
+    a pause may be starting; a :class:`~assistant.turns.events.ShortPause` follows if it
+    lasts, with the same start."""
+
+    speech_end_sample: int
+
+
+@dataclass(frozen=True)
 class UtteranceClosed:
     """VAD closed the utterance; speech ended at ``speech_end_sample``."""
 
     speech_end_sample: int
 
 
-ListenerOutput = TurnInput | UtteranceOpened | UtteranceAudio | UtteranceClosed
+ListenerOutput = TurnInput | UtteranceOpened | UtteranceAudio | UtterancePaused | UtteranceClosed
 
 
 class _RecordingClassifier:
@@ -170,6 +180,8 @@ class Listener:
             pcm = self._ungated(np.asarray(ev.pcm, np.float32), ev.audio_start_sample)
             return [UtteranceOpened(pcm, ev.audio_start_sample),
                     SpeechStarted(t, voiced_ms=voiced_ms)]
+        if isinstance(ev, vad_mod.PauseOnset):
+            return [UtterancePaused(ev.start_sample)]
         if isinstance(ev, vad_mod.ShortPause):
             self.pause_start_sample = ev.start_sample
             return [ShortPause(t)]

@@ -17,6 +17,7 @@ from assistant.loop.asr_worker import AsrFinal, AsrPartial, AsrPreview, AsrWorke
 from assistant.loop.metrics import compute_metrics, percentile
 from assistant.loop.playback import ReplyPlayback
 from assistant.loop.tts_worker import Presynthesized, SpeechChunk, TtsWorker
+from assistant.loop.utterances import decode_tail_ms
 from assistant.loop.workers import Worker, WorkerFailed
 from assistant.speech.voice import ClauseRule, ReplyVoice, premade_clause
 from audio.clock import VirtualClock
@@ -279,6 +280,51 @@ def test_the_asr_worker_decodes_the_same_audio_once_at_a_pause() -> None:
         w.close()
     texts = [p.text for p in posted if isinstance(p, (AsrPreview, AsrFinal))]
     assert len(texts) == 4 and len(set(texts)) == 1 and texts[0]
+
+
+def test_a_decode_prepared_at_a_pause_onset_posts_nothing_and_is_the_preview() -> None:
+    posted: list[object] = []
+    asr = CountingTranscriber()
+    w = _asr_worker(asr, posted)
+    try:
+        w.open(1, np.concatenate([_LOUD, np.zeros(RATE // 5, np.float32)]), 0)
+        end = _LOUD.size + RATE // 10
+        w.prepare(1, end)
+        w.idle().result(timeout=5)
+        assert asr.calls == 1 and posted == []
+        w.prepare(1, end + RATE // 20)  # the speech went on: a new onset, a new decode
+        w.preview(1, end + RATE // 20)
+        w.idle().result(timeout=5)
+        assert asr.calls == 2
+        assert [type(p) for p in posted] == [AsrPreview]
+    finally:
+        w.close()
+
+
+def test_display_partials_are_quick_looks() -> None:
+    # A display partial's full-window decode of an unsure first half second would hold up
+    # the pause's transcript queued behind it: partials decode again only a loop.
+    asr = CountingTranscriber()
+    w = AsrWorker(asr, StreamingASROptions(partial_interval_ms=300),  # type: ignore[arg-type]
+                  [].append, sample_rate=RATE)
+    try:
+        w.open(1, _LOUD, 0)
+        w.idle().result(timeout=5)
+    finally:
+        w.close()
+    assert asr.guards == [LOOPS_ONLY]
+
+
+@pytest.mark.parametrize(("tail", "short", "onset", "expected"), [
+    (200, 200, 100, 100),  # the defaults: the preview decodes at the onset
+    (200, 200, 0, 200),    # no onset: at the short pause
+    (200, 150, 200, 150),  # an onset not before the short pause is none
+    (80, 200, 100, 80),    # never more than asked for
+    (200, 120, 100, 100),
+])
+def test_the_decode_tail_is_no_longer_than_the_pause_when_it_decodes(
+        tail: int, short: int, onset: int, expected: int) -> None:
+    assert decode_tail_ms(tail, short, onset) == expected
 
 
 def test_the_asr_worker_takes_a_quick_look_for_an_interim_and_a_full_one_for_a_final() -> None:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from audio.chunk import AudioChunk
 from audio.errors import AudioValueError
 from audio.vad import (
+    PauseOnset,
     ShortPause,
     SpeechResumed,
     SpeechStarted,
@@ -76,11 +77,13 @@ def test_unvoiced_sound_alone_never_opens_a_turn() -> None:
 def test_short_pause_once_then_resume_then_end_of_turn() -> None:
     pattern = "V" * 20 + "." * 12 + "V" * 10 + "." * 30
     events = run_machine(pattern)
-    assert kinds(events) == ["SpeechStarted", "ShortPause", "SpeechResumed", "ShortPause", "SpeechStopped"]
-    pause = events[1]
-    assert isinstance(pause, ShortPause)
+    assert kinds(events) == ["SpeechStarted", "PauseOnset", "ShortPause", "SpeechResumed",
+                             "PauseOnset", "ShortPause", "SpeechStopped"]
+    onset, pause = events[1:3]
+    assert isinstance(onset, PauseOnset) and isinstance(pause, ShortPause)
+    assert onset.start_sample == 20 * F and onset.detected_sample == 25 * F  # 100 ms later
     assert pause.start_sample == 20 * F and pause.detected_sample == 30 * F  # 200 ms later
-    resumed = events[2]
+    resumed = events[3]
     assert isinstance(resumed, SpeechResumed) and resumed.start_sample == 32 * F
     stopped = events[-1]
     assert isinstance(stopped, SpeechStopped)
@@ -88,8 +91,23 @@ def test_short_pause_once_then_resume_then_end_of_turn() -> None:
     assert stopped.detected_sample == 70 * F  # first frame end >= 550 ms after 42 * F
 
 
-def test_pause_shorter_than_short_pause_emits_nothing() -> None:
-    assert kinds(run_machine("V" * 20 + "." * 9 + "V" * 10 + "." * 30)) == ["SpeechStarted", "ShortPause", "SpeechStopped"]
+def test_pause_shorter_than_short_pause_emits_only_its_onset() -> None:
+    assert kinds(run_machine("V" * 20 + "." * 9 + "V" * 10 + "." * 30)) == [
+        "SpeechStarted", "PauseOnset", "PauseOnset", "ShortPause", "SpeechStopped"]
+    assert kinds(run_machine("V" * 20 + "." * 4 + "V" * 10 + "." * 30)) == [
+        "SpeechStarted", "PauseOnset", "ShortPause", "SpeechStopped"]
+
+
+def test_pause_onset_waits_for_a_pending_sound_and_can_be_turned_off() -> None:
+    # A sound that does not become speech does not end the silence: one onset, dated
+    # from the end of the speech, at 100 ms of silence not counting the sound's frames.
+    events = run_machine("V" * 20 + "." * 3 + "u" + "." * 30)
+    onset = events[1]
+    assert isinstance(onset, PauseOnset) and onset.start_sample == 20 * F
+    assert kinds(events).count("PauseOnset") == 1
+    for off in (0, 200, 300):  # none, or not before the short pause
+        opts = VadOptions(pause_onset_ms=off, short_pause_ms=200)
+        assert "PauseOnset" not in kinds(run_machine("V" * 20 + "." * 40, opts))
 
 
 def test_a_sound_in_trailing_silence_delays_but_does_not_prevent_the_end() -> None:
@@ -116,6 +134,7 @@ def test_event_grammar_holds_for_any_decision_sequence(pattern: str) -> None:
     opts = VadOptions()
     events = run_machine(pattern, opts)
     in_turn = paused = False
+    onset: int | None = None
     last_detected = -1
     for e in events:
         assert e.detected_sample >= last_detected
@@ -125,8 +144,12 @@ def test_event_grammar_holds_for_any_decision_sequence(pattern: str) -> None:
             assert not in_turn
             assert e.detected_sample - e.start_sample >= opts.min_speech_ms * RATE // 1000
             in_turn, paused = True, False
+        elif isinstance(e, PauseOnset):
+            assert in_turn and not paused
+            onset = e.start_sample
         elif isinstance(e, ShortPause):
             assert in_turn and not paused
+            assert e.start_sample == onset  # an onset always comes first, dated the same
             paused = True
         elif isinstance(e, SpeechResumed):
             assert in_turn and paused
@@ -206,7 +229,13 @@ def test_chunk_size_does_not_change_the_events(utterances: list[np.ndarray]) -> 
 def test_short_pause_fires_inside_a_turn_before_the_end(utterances: list[np.ndarray]) -> None:
     audio, _ = layout([0.5, utterances[1], 0.35, utterances[2], 1.0])
     events = feed(Vad(), audio)
-    assert kinds(events) == ["SpeechStarted", "ShortPause", "SpeechResumed", "ShortPause", "SpeechStopped"]
+    # (Gaps inside the words may also reach a pause onset; each pause has one first.)
+    assert [k for k in kinds(events) if k != "PauseOnset"] == [
+        "SpeechStarted", "ShortPause", "SpeechResumed", "ShortPause", "SpeechStopped"]
+    for i, e in enumerate(events):
+        if isinstance(e, ShortPause):
+            onset = events[i - 1]
+            assert isinstance(onset, PauseOnset) and onset.start_sample == e.start_sample
 
 
 @pytest.mark.parametrize(
@@ -271,8 +300,8 @@ def test_a_pause_limit_ends_this_pause_early_and_resets_when_speech_resumes() ->
         if i == 52:
             machine.set_pause_limit(250)  # second pause, 200 ms in
         events += machine.step(i * F, ch in "Vu", ch == "V")
-    assert kinds(events) == ["SpeechStarted", "ShortPause", "SpeechResumed", "ShortPause",
-                             "SpeechStopped"]
+    assert kinds(events) == ["SpeechStarted", "PauseOnset", "ShortPause", "SpeechResumed",
+                             "PauseOnset", "ShortPause", "SpeechStopped"]
     stopped = events[-1]
     assert isinstance(stopped, SpeechStopped) and stopped.detected_sample == (42 + 13) * F
     # Without a limit the 1600 ms default holds: the stream ends first.

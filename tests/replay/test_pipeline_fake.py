@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -59,8 +60,8 @@ class FakeRun:
 
 
 async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize: bool,
-               transcriber: CountingTranscriber) -> FakeRun:
-    clock = VirtualClock(RATE)
+               transcriber: CountingTranscriber, clock: VirtualClock | None = None) -> FakeRun:
+    clock = clock or VirtualClock(RATE)
     synth = ToneSynthesizer()
     sink = WavSink(tmp / "heard.wav", clock, RATE)
     engine, template = scripted_engine()
@@ -197,6 +198,38 @@ def test_mid_utterance_pause_misses_then_the_whole_utterance_hits(tmp_path: Path
     assert len(final.split()) > len(specs[0].text.split())
     assert r.of(log.ResponseDoneEntry)[0].text == scripted_reply(final)
     assert r.result.metrics.speculation_hit_rate == 0.5
+
+
+class _WhenTranscriber(CountingTranscriber):
+    """Records when (clock ms) it decoded how much audio (ms)."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.decoded: list[tuple[int, int]] = []
+
+    def transcribe(self, pcm: np.ndarray, **kw: object) -> Any:
+        self.decoded.append((self.clock.now_samples() * 1000 // RATE, pcm.size * 1000 // RATE))
+        return super().transcribe(pcm, **kw)
+
+
+def test_a_pause_is_transcribed_from_its_onset_and_that_decode_is_the_final(
+        tmp_path: Path) -> None:
+    # Speech 300-1100 ms: at 100 ms of silence (vad.pause_onset_ms) the utterance (from 0:
+    # 300 ms of prefix padding) plus 100 ms of tail is decoded; the pause counts at 200 ms
+    # and its preview, the speculation and the final use that decode: no other of it.
+    clock = VirtualClock(RATE)
+    asr = _WhenTranscriber(clock)
+    signal = np.concatenate([silence(300), voice(800), silence(400)])
+    r = asyncio.run(_run(signal, tmp_path, TurnOptions(), True, asr, clock))
+    assert (1200, 1200) in asr.decoded
+    assert [d for d in asr.decoded if d[1] == 1200] == [(1200, 1200)]
+    pause = r.of(log.PauseEntry)
+    assert [p.t_ms for p in pause] == [1300]
+    spec = r.of(log.SpeculationStartedEntry)
+    assert [s.t_ms for s in spec] == [1300] and spec[0].text
+    assert r.of(log.TranscriptFinalEntry)[0].text == spec[0].text
+    assert r.of(log.ResponseStartedEntry)[0].speculation == "hit"
 
 
 def test_without_speculation_the_prompt_is_computed_live(tmp_path: Path) -> None:
