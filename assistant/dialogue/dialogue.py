@@ -33,6 +33,7 @@ from assistant.dialogue.types import (
     DialogueOptions,
     DialogueOutput,
     EndOfTurnScore,
+    PromptWarmed,
     ReplyDelta,
     SpeculationDrafted,
     TurnClosed,
@@ -187,6 +188,18 @@ class Dialogue:
         p_end = self._specs.start(spec_id, user_text, self._seq, user_ids + header,
                                   score_ids=score_ids, end_ids=self._end_ids or ())
         return EndOfTurnScore(spec_id, p_end) if scoring and p_end is not None else None
+
+    def warm(self, user_text: str) -> PromptWarmed | None:
+        """Compute the user's message so far (``user_text``, left open) on a throwaway
+        fork, so that the speculation at the pause finds it cached and computes only what
+        came after. None while a reply is open, or when it does not fit the context."""
+        if self._live is not None:
+            return None
+        ids = open_user_ids(self.conversation, user_text)
+        if not ids or not self._window.fits(len(self._seq) + len(ids)
+                                            + self._options.speculation_max_tokens):
+            return None
+        return PromptWarmed(user_text, self._specs.warm(self._seq, ids))
 
     def cancel_speculation(self, spec_id: int) -> None:
         """Drop a speculation (idempotent); its cached pages stay matchable."""

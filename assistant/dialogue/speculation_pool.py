@@ -82,6 +82,15 @@ class SpeculationPool:
         self._specs[spec_id] = spec
         return p_end
 
+    def warm(self, base: LLMSequence, ids: Sequence[int]) -> int:
+        """Extend a throwaway fork of ``base`` with ``ids``: their K/V stays cached (and
+        matchable) after it is released. Returns the ids computed (not found cached)."""
+        fork = base.fork(priority=Priority.SPECULATIVE)
+        try:
+            return fork.extend(ids).computed
+        finally:
+            fork.release()
+
     def _score(self, fork: LLMSequence, prompt: tuple[int, ...], score_ids: Sequence[int],
                end_ids: Collection[int]) -> tuple[int, float]:
         # Up to where the two part, leaving the draft's job at least one id to compute.

@@ -16,6 +16,7 @@ __all__ = [
     "ReplyDelta",
     "SpeculationDrafted",
     "TurnClosed",
+    "PromptWarmed",
     "DialogueOutput",
 ]
 
@@ -103,6 +104,16 @@ class EndOfTurnScore:
 
     spec_id: int
     p_end: float
+
+
+@dataclass(frozen=True)
+class PromptWarmed:
+    """The user's words so far were computed into the cache while they spoke (see
+    :meth:`~assistant.dialogue.dialogue.Dialogue.warm`)."""
+
+    text: str
+    tokens_computed: int
+    """Ids run through the model (the rest of the message was cached already)."""
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,10 @@ class DialogueClient:
     def speculate(self, spec_id: int, user_text: str) -> None:
         self._session.submit(lambda d: d.speculate(spec_id, user_text), priority="low")
 
+    def warm(self, user_text: str) -> None:
+        """Compute the user's words so far into the cache (see :meth:`Dialogue.warm`)."""
+        self._session.submit(lambda d: d.warm(user_text), priority="low")
+
     def cancel_speculation(self, spec_id: int) -> None:
         self._session.submit(lambda d: d.cancel_speculation(spec_id), priority="control")
 

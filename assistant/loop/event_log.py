@@ -37,6 +37,7 @@ __all__ = [
     "EngineFailedEntry",
     "EndOfTurnScoreEntry",
     "PauseEntry",
+    "PromptWarmedEntry",
     "SpeculationDraftedEntry",
     "PresynthesizedEntry",
     "InterruptionPausedEntry",
@@ -100,6 +101,16 @@ class SpeculationStartedEntry(Entry):
     spec_id: int
     text: str
     """The partial user text speculated on."""
+
+
+@dataclass(frozen=True)
+class PromptWarmedEntry(Entry):
+    """The user's words so far (a partial transcript) were computed into the cache while
+    they spoke: the speculation at their pause computes only what came after."""
+
+    type: ClassVar[str] = "prompt_warmed"
+    text: str
+    tokens_computed: int
 
 
 @dataclass(frozen=True)
@@ -316,6 +327,7 @@ ENTRY_TYPES: dict[str, type[Entry]] = {
         SpeechStoppedEntry,
         EndOfTurnScoreEntry,
         PauseEntry,
+        PromptWarmedEntry,
         SpeculationDraftedEntry,
         PresynthesizedEntry,
         TranscriptPartialEntry,

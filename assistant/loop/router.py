@@ -18,6 +18,7 @@ from typing import Any
 
 from assistant.dialogue.types import (
     EndOfTurnScore,
+    PromptWarmed,
     ReplyDelta,
     SpeculationDrafted,
     TurnClosed,
@@ -125,9 +126,15 @@ def _engine_failed(p: LoopParts, item: EngineFailed) -> None:
 
 def _asr_partial(p: LoopParts, item: AsrPartial) -> None:
     p.emit(log.TranscriptPartialEntry(p.now_ms(), item.text))
-    if p.utterances.is_current(item.utt_id) and p.tm.state in (State.SPEAKING, State.THINKING):
+    if not p.utterances.is_current(item.utt_id):
+        return
+    if p.tm.state in (State.SPEAKING, State.THINKING):
         # Speech over the reply: its words tell a real interruption from a backchannel.
         p.turn_input(InterimTranscript(p.now_ms(), item.text, item.word_p))
+    elif p.tm.state is State.USER_SPEAKING and p.tm.options.speculate:
+        # The user's words so far go into the cache while they speak: the speculation
+        # at their pause then computes only what came after the last partial.
+        p.dialogue.warm(item.text)
 
 
 def _asr_preview(p: LoopParts, item: AsrPreview) -> None:
@@ -165,6 +172,10 @@ def _drafted(p: LoopParts, item: SpeculationDrafted) -> None:
     p.emit(log.SpeculationDraftedEntry(p.now_ms(), item.spec_id, item.text))
     if p.options.presynthesize and item.spec_id == p.tm.speculation_id:
         p.tts.presynthesize(item.spec_id, item.text)
+
+
+def _warmed(p: LoopParts, item: PromptWarmed) -> None:
+    p.emit(log.PromptWarmedEntry(p.now_ms(), item.text, item.tokens_computed))
 
 
 def _end_score(p: LoopParts, item: EndOfTurnScore) -> None:
@@ -218,6 +229,7 @@ _OUTPUTS: dict[type, Callable[[LoopParts, Any], None]] = {
     ReplyDelta: _reply_delta,
     SpeculationDrafted: _drafted,
     EndOfTurnScore: _end_score,
+    PromptWarmed: _warmed,
     Presynthesized: _presynthesized,
     SpeechChunk: _speech_chunk,
     SpeechDone: _speech_done,

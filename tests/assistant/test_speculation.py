@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 
 from assistant.dialogue.dialogue import Dialogue, DialogueOptions, ReplyDelta, SpeculationDrafted
+from assistant.dialogue.end_score import open_user_ids
 from assistant.dialogue.speculation import common_prefix_len, resolve
 from assistant.llm.local import LocalBackend
 from assistant.speech.voice import ClauseRule
@@ -257,3 +258,41 @@ def test_the_end_of_turn_score_costs_no_prefill_and_changes_nothing_else() -> No
         h.dialogue.finish_turn(1, 100)
         h.history_ok()
     assert plain.dialogue.sequence.tokens == scored.dialogue.sequence.tokens
+
+
+def test_words_warmed_while_the_user_speaks_are_not_computed_again() -> None:
+    # What the user said so far is computed into the cache (a partial transcript); the
+    # speculation at the pause computes only the words after it, and the end-of-turn
+    # score and the draft are exactly what they would have been.
+    cold, warm = Harness(scoring=True), Harness(scoring=True)
+    warmed = warm.dialogue.warm("what time")
+    assert warmed is not None and warmed.text == "what time"
+    computed = warmed.tokens_computed
+    assert computed == len(open_user_ids(warm.dialogue.conversation, "what time"))
+    again = warm.dialogue.warm("what time")
+    assert again is not None and again.tokens_computed == 0  # cached already
+    assert len(warm.engine.sequences()) == 1  # its fork was released
+    before = [prefill_tokens(h.runner) for h in (cold, warm)]
+    scores = [h.dialogue.speculate(3, "what time is it?") for h in (cold, warm)]
+    outs = [h.run() for h in (cold, warm)]
+    spent = [prefill_tokens(h.runner) - b for h, b in zip((cold, warm), before, strict=True)]
+    assert computed > 0 and spent[1] == spent[0] - computed
+    assert scores[0] is not None and scores[1] is not None
+    assert scores[1].p_end == pytest.approx(scores[0].p_end, rel=1e-6)
+    assert [o for o in outs[0] if isinstance(o, SpeculationDrafted)] == \
+        [o for o in outs[1] if isinstance(o, SpeculationDrafted)]
+    for h in (cold, warm):
+        start = h.dialogue.start_turn(1, "what time is it?", 3)
+        assert start.speculation == "hit" and start.prompt_tokens_computed == 0
+        assert h.reply_of(h.run(), 1) == scripted_reply("what time is it?")
+        h.dialogue.finish_turn(1, 100)
+        h.history_ok()
+    assert cold.dialogue.sequence.tokens == warm.dialogue.sequence.tokens
+
+
+def test_nothing_is_warmed_while_a_reply_is_open() -> None:
+    h = Harness()
+    h.dialogue.start_turn(1, "hello", None)
+    before = prefill_tokens(h.runner)
+    assert h.dialogue.warm("what about") is None
+    assert prefill_tokens(h.runner) == before

@@ -8,6 +8,7 @@ voice speaks every word in 150 ms, so the words heard at a barge-in are known.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from assistant.loop.pipeline import Pipeline, PipelineOptions, PipelineResult
 from assistant.speech.listener import Listener
 from assistant.speech.voice import ClauseRule
 from assistant.turns.turn_manager import TurnManager, TurnOptions
+from audio.asr import TranscribedWord
 from audio.chunk import AudioChunk
 from audio.clock import VirtualClock
 from audio.sinks import WavSink
@@ -198,6 +200,32 @@ def test_mid_utterance_pause_misses_then_the_whole_utterance_hits(tmp_path: Path
     assert len(final.split()) > len(specs[0].text.split())
     assert r.of(log.ResponseDoneEntry)[0].text == scripted_reply(final)
     assert r.result.metrics.speculation_hit_rate == 0.5
+
+
+class _WordTranscriber(CountingTranscriber):
+    """With word timings (one word per 100 ms block), so display partials come."""
+
+    def transcribe(self, pcm: np.ndarray, **kw: object) -> Any:
+        out = super().transcribe(pcm, **kw)
+        words = tuple(TranscribedWord(w, 100 * i, 100 * i + 90, 0.9)
+                      for i, w in enumerate(out.text.split()))
+        return dataclasses.replace(out, words=words)
+
+
+def test_the_words_so_far_are_computed_into_the_cache_while_the_user_speaks(
+        tmp_path: Path) -> None:
+    r = asyncio.run(_run(np.concatenate([silence(300), voice(1500), silence(400)]), tmp_path,
+                         TurnOptions(), True, _WordTranscriber()))
+    assert r.of(log.TranscriptPartialEntry)
+    warmed = r.of(log.PromptWarmedEntry)
+    pause = r.of(log.PauseEntry)
+    assert warmed and len(pause) == 1 and all(w.t_ms < pause[0].t_ms for w in warmed)
+    assert warmed[0].tokens_computed > 0
+    spec = r.of(log.SpeculationStartedEntry)[0]
+    assert spec.text.startswith(warmed[-1].text)  # what the speculation found cached
+    assert r.of(log.ResponseStartedEntry)[0].speculation == "hit"
+    m = r.result.metrics
+    assert m.sequence_matches_history and m.history_text_matches
 
 
 class _WhenTranscriber(CountingTranscriber):
