@@ -199,7 +199,7 @@ class Dialogue:
         if not ids or not self._window.fits(len(self._seq) + len(ids)
                                             + self._options.speculation_max_tokens):
             return None
-        return PromptWarmed(user_text, self._specs.warm(self._seq, ids))
+        return PromptWarmed(user_text, len(ids), self._specs.warm(self._seq, ids))
 
     def cancel_speculation(self, spec_id: int) -> None:
         """Drop a speculation (idempotent); its cached pages stay matchable."""

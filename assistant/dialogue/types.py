@@ -112,8 +112,12 @@ class PromptWarmed:
     :meth:`~assistant.dialogue.dialogue.Dialogue.warm`)."""
 
     text: str
+    tokens: int
+    """Ids of the open user message so far."""
     tokens_computed: int
-    """Ids run through the model (the rest of the message was cached already)."""
+    """Of those, the ids run through the model (the rest were cached already: depends on
+    what the engine's cache holds, so it is not in the event log, which must replay
+    the same)."""
 
 
 @dataclass(frozen=True)

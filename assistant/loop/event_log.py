@@ -110,7 +110,8 @@ class PromptWarmedEntry(Entry):
 
     type: ClassVar[str] = "prompt_warmed"
     text: str
-    tokens_computed: int
+    tokens: int
+    """Ids of the open user message so far (those not cached yet were computed)."""
 
 
 @dataclass(frozen=True)

@@ -175,7 +175,7 @@ def _drafted(p: LoopParts, item: SpeculationDrafted) -> None:
 
 
 def _warmed(p: LoopParts, item: PromptWarmed) -> None:
-    p.emit(log.PromptWarmedEntry(p.now_ms(), item.text, item.tokens_computed))
+    p.emit(log.PromptWarmedEntry(p.now_ms(), item.text, item.tokens))
 
 
 def _end_score(p: LoopParts, item: EndOfTurnScore) -> None:

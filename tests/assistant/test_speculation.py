@@ -268,7 +268,8 @@ def test_words_warmed_while_the_user_speaks_are_not_computed_again() -> None:
     warmed = warm.dialogue.warm("what time")
     assert warmed is not None and warmed.text == "what time"
     computed = warmed.tokens_computed
-    assert computed == len(open_user_ids(warm.dialogue.conversation, "what time"))
+    assert computed == warmed.tokens == len(open_user_ids(warm.dialogue.conversation,
+                                                          "what time"))
     again = warm.dialogue.warm("what time")
     assert again is not None and again.tokens_computed == 0  # cached already
     assert len(warm.engine.sequences()) == 1  # its fork was released
