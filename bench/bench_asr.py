@@ -59,6 +59,7 @@ from assistant.turns.interruption import (
 from audio.asr import ASROptions, Transcriber
 from audio.streaming_asr import lowest_word_p
 from audio.tts import Synthesizer, TTSOptions
+from audio.vad import frame_energy_dbfs
 from audio.whisper_window import LOOPS_ONLY, WindowGuard
 
 RATE = 16_000
@@ -115,10 +116,9 @@ def speech(onnx: Path, config_json: Path) -> dict[str, list[npt.NDArray[np.float
 def trim_silence(pcm: npt.NDArray[np.float32], frame: int = RATE // 100,
                  floor_dbfs: float = -45.0) -> npt.NDArray[np.float32]:
     """``pcm`` up to the end of its last 10 ms frame louder than ``floor_dbfs``."""
-    n = pcm.size // frame
-    rms = np.sqrt(np.mean(pcm[: n * frame].reshape(n, frame) ** 2, axis=1) + 1e-12)
-    loud = np.flatnonzero(20 * np.log10(rms) > floor_dbfs)
-    return pcm[: (loud[-1] + 1) * frame] if loud.size else pcm
+    loud = [i for i in range(pcm.size // frame)
+            if frame_energy_dbfs(pcm[i * frame:(i + 1) * frame]) > floor_dbfs]
+    return pcm[: (loud[-1] + 1) * frame] if loud else pcm
 
 
 def clips(voices: dict[str, list[npt.NDArray[np.float32]]],

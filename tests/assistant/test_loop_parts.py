@@ -249,6 +249,10 @@ def test_a_reply_speaks_a_running_presynthesis_and_skips_a_queued_one() -> None:
 
 _LOUD = (0.1 * np.sin(np.arange(RATE // 2) / 3)).astype(np.float32)
 """Half a second a `CountingTranscriber` hears as words."""
+_PAUSED = np.concatenate([_LOUD, np.zeros(RATE // 5, np.float32)])
+"""Those words, then 200 ms of silence."""
+_PAUSE_END = _LOUD.size + RATE // 10
+"""The words and 100 ms of the silence: what a pause's decode takes."""
 
 
 def _asr_worker(asr: CountingTranscriber, posted: list[object]) -> AsrWorker:
@@ -264,8 +268,8 @@ def test_the_asr_worker_decodes_the_same_audio_once_at_a_pause() -> None:
     asr = CountingTranscriber()
     w = _asr_worker(asr, posted)
     try:
-        w.open(1, np.concatenate([_LOUD, np.zeros(RATE // 5, np.float32)]), 0)
-        end = _LOUD.size + RATE // 10
+        w.open(1, _PAUSED, 0)
+        end = _PAUSE_END
         w.preview(1, end)
         w.preview(1, end)
         w.idle().result(timeout=5)
@@ -287,8 +291,8 @@ def test_a_decode_prepared_at_a_pause_onset_posts_nothing_and_is_the_preview() -
     asr = CountingTranscriber()
     w = _asr_worker(asr, posted)
     try:
-        w.open(1, np.concatenate([_LOUD, np.zeros(RATE // 5, np.float32)]), 0)
-        end = _LOUD.size + RATE // 10
+        w.open(1, _PAUSED, 0)
+        end = _PAUSE_END
         w.prepare(1, end)
         w.idle().result(timeout=5)
         assert asr.calls == 1 and posted == []
