@@ -29,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -279,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gguf", type=Path, help="GGUF for llama.cpp (default: packaged)")
     parser.add_argument("--llama-bench", type=Path, help="path of a llama-bench binary")
     parser.add_argument("--formats", default="fp32,bf16,int8,int4")
+    parser.add_argument("--dense-prefill", default="auto",
+                        help="engine.dense_prefill modes to run int8/int4 in, comma-separated "
+                        "(e.g. auto,never: side by side)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--page-size", type=int, default=16)
     parser.add_argument("--decode-tokens", type=int, default=64)
@@ -306,12 +309,18 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model {model_dir.name}; torch {torch.__version__}, {args.threads} threads; "
           f"formats {', '.join(formats)}")
 
+    modes = [m.strip() for m in args.dense_prefill.split(",") if m.strip()]
     runners: dict[str, PagedRunner] = {}
-    for name in formats:
-        start = clock()
-        runners[name] = runner_from_hf_model(hf, page_size=args.page_size, num_pages=2048,
-                                             eos_token_ids=eos, weights=name)
-        print(f"  built {name} weights in {clock() - start:.1f} s")
+    for fmt_name in formats:
+        for mode in modes if fmt_name in ("int8", "int4") else modes[:1]:
+            name = fmt_name if mode == modes[0] else f"{fmt_name} dense={mode}"
+            start = clock()
+            runners[name] = runner_from_hf_model(hf, page_size=args.page_size, num_pages=2048,
+                                                 eos_token_ids=eos, weights=fmt_name,
+                                                 dense_prefill=cast(Any, mode))
+            dense = getattr(runners[name].weights.layers[0].qkv, "dense", None) is not None
+            print(f"  built {name} weights in {clock() - start:.1f} s"
+                  + (" (+ dense bfloat16 copy for prefill)" if dense else ""))
 
     def chat(messages: list[Message], gen: bool = True) -> list[int]:
         return template.render_ids(messages, add_generation_prompt=gen)

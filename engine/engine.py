@@ -20,6 +20,7 @@ from engine.sequence import Sequence
 if TYPE_CHECKING:
     from engine.detokenize import TokenizerLike
     from engine.job import Job
+    from engine.quantize import DensePrefill
     from engine.runner import ModelRunner
 
 __all__ = ["Engine"]
@@ -45,17 +46,20 @@ class Engine:
     def load(cls, model_path: str | Path, *, gguf_file: str | None = None, device: str = "cpu",
              dtype: str = "float32", page_size: int = 16, num_pages: int = 1024,
              max_batch: int = 8, prefill_chunk: int = 512, weights: str | None = None,
-             cache_dir: Path | None = None) -> Engine:
+             cache_dir: Path | None = None, dense_prefill: DensePrefill = "auto") -> Engine:
         """Load a local transformers model directory (see `engine.loader.load_runner`).
 
         weights: None (dense in `dtype`, as before) or a format ``fp32`` / ``bf16`` /
         ``int8`` / ``int4``, which also sets the compute dtype; cache_dir: where quantized
-        weights are cached (computed on every load when None)."""
+        weights are cached (computed on every load when None); dense_prefill: whether
+        quantized weights also keep a dense bfloat16 copy for many rows (auto: on CPUs with
+        AMX; see `engine.quantize.dense_prefill_for`)."""
         from engine.loader import load_runner
 
         runner, tokenizer = load_runner(model_path, gguf_file=gguf_file, device=device,
                                         dtype=dtype, page_size=page_size, num_pages=num_pages,
-                                        weights=weights, cache_dir=cache_dir)
+                                        weights=weights, cache_dir=cache_dir,
+                                        dense_prefill=dense_prefill)
         tok: Any = tokenizer
         return cls(runner, tok, max_batch=max_batch, prefill_chunk=prefill_chunk)
 

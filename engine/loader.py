@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from engine.paged_runner import PagedRunner
-    from engine.quantize import QuantizedTensors
+    from engine.quantize import DensePrefill, QuantizedTensors
 
 __all__ = ["eos_token_ids_for", "load_runner", "resolve_dtype", "runner_from_hf_model"]
 
@@ -28,14 +28,17 @@ _END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>")
 
 def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device: str = "cpu",
                 dtype: str = "float32", page_size: int = 16, num_pages: int = 1024,
-                weights: str | None = None, cache_dir: Path | None = None
+                weights: str | None = None, cache_dir: Path | None = None,
+                dense_prefill: DensePrefill = "auto"
                 ) -> tuple[PagedRunner, PreTrainedTokenizerBase]:
     """Load weights and tokenizer from `model_path` (a directory) and build the runner.
 
     weights: None keeps dense weights in `dtype`; ``fp32`` / ``bf16`` / ``int8`` / ``int4``
     pick a weight format (see `engine.quantize`), which also sets the compute dtype
     (float32 for fp32, else bfloat16; `dtype` is then ignored). Quantized weights are
-    cached in `cache_dir` when given (see `engine.weight_cache`)."""
+    cached in `cache_dir` when given (see `engine.weight_cache`); `dense_prefill` says
+    whether they also keep a dense bfloat16 copy for many rows (see
+    `engine.quantize.dense_prefill_for`)."""
     import transformers
 
     from engine.model_config import ModelConfig
@@ -77,7 +80,8 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
     eos = eos_token_ids_for(hf_model, tokenizer)
     runner = runner_from_hf_model(hf_model, device=device, dtype=torch_dtype,
                                   page_size=page_size, num_pages=num_pages, eos_token_ids=eos,
-                                  weights=fmt, quantized=quantized)
+                                  weights=fmt, quantized=quantized,
+                                  dense_prefill=dense_prefill)
     del hf_model  # our copies (or shared storage) live on in the runner
     return runner, tokenizer
 
@@ -86,22 +90,24 @@ def runner_from_hf_model(hf_model: Any, *, device: str = "cpu",
                          dtype: str | torch.dtype = "float32", page_size: int = 16,
                          num_pages: int = 1024, eos_token_ids: Sequence[int] | None = None,
                          weights: str | None = None,
-                         quantized: Mapping[str, QuantizedTensors] | None = None
-                         ) -> PagedRunner:
-    """A runner using the weights of a loaded transformers ``*ForCausalLM``. `weights` as
-    in `load_runner` (a format also sets the compute dtype); `quantized`: ready tensors by
-    linear name (from `engine.weight_cache`), else int8/int4 quantize here."""
+                         quantized: Mapping[str, QuantizedTensors] | None = None,
+                         dense_prefill: DensePrefill = "auto") -> PagedRunner:
+    """A runner using the weights of a loaded transformers ``*ForCausalLM``. `weights` and
+    `dense_prefill` as in `load_runner` (a format also sets the compute dtype);
+    `quantized`: ready tensors by linear name (from `engine.weight_cache`), else int8/int4
+    quantize here."""
     from engine.model import weights_from_state_dict
     from engine.model_config import ModelConfig
     from engine.paged_runner import PagedRunner
-    from engine.quantize import compute_dtype_for, resolve_weight_format
+    from engine.quantize import compute_dtype_for, dense_prefill_for, resolve_weight_format
 
     config = ModelConfig.from_hf(hf_model.config)
     fmt = None if weights is None else resolve_weight_format(weights)
     torch_dtype = resolve_dtype(dtype) if fmt is None else compute_dtype_for(fmt, device)
     state = {name: tensor for name, tensor in hf_model.state_dict().items()}
     built = weights_from_state_dict(config, state, device=device, dtype=torch_dtype, fmt=fmt,
-                                    quantized=quantized)
+                                    quantized=quantized,
+                                    dense_prefill=dense_prefill_for(dense_prefill, device))
     if eos_token_ids is None:
         eos_token_ids = eos_token_ids_for(hf_model, None)
     return PagedRunner(config, built, page_size=page_size, num_pages=num_pages,

@@ -119,15 +119,17 @@ def fused_linears(cfg: ModelConfig, state: Mapping[str, torch.Tensor]
 def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor], *,
                             device: torch.device | str, dtype: torch.dtype,
                             fmt: WeightFormat | None = None,
-                            quantized: Mapping[str, QuantizedTensors] | None = None
-                            ) -> ModelWeights:
+                            quantized: Mapping[str, QuantizedTensors] | None = None,
+                            dense_prefill: bool = False) -> ModelWeights:
     """Take the weights of a transformers ``*ForCausalLM`` state dict (fused copies).
 
     `dtype` is the compute (activation and K/V) dtype. `fmt` ``int8``/``int4`` quantizes
     the projections, using the ready `quantized` tensors by `fused_linears` name where
     given (see `engine.weight_cache`); ``bf16`` rounds them to bfloat16 (see
     `engine.quantize.bf16_linear`; the embedding table too); otherwise the projections are
-    dense in `dtype`. The embedding table is in `dtype`, the norms in float32."""
+    dense in `dtype`. `dense_prefill`: int8/int4 linears also keep a dense bfloat16 copy
+    for many rows (see `engine.quantize.dense_prefill_for`). The embedding table is in
+    `dtype`, the norms in float32."""
     dev = torch.device(device)
 
     def get(name: str) -> torch.Tensor:
@@ -146,7 +148,8 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
             tensors = (quantized or {}).get(name) or quantize_linear(
                 weight, format_for_linear(name, fmt))
             assert tensors is not None
-            linears[name] = linear_from_quantized(tensors, bias, device=dev, dtype=dtype)
+            linears[name] = linear_from_quantized(tensors, bias, device=dev, dtype=dtype,
+                                                  dense=dense_prefill)
         elif fmt == "bf16":
             linears[name] = bf16_linear(weight, bias, device=dev)
         else:

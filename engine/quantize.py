@@ -18,6 +18,11 @@ All use kernels that ship with torch (no C++ of ours):
   `INT4_GROUP` inputs, the layout of llama.cpp's Q4_1), ``aten._weight_int4pack_mm_for_cpu``
   on CPU and the tinygemm ``aten._weight_int4pack_mm`` on CUDA.
 
+On CPUs that multiply bfloat16 matrices in hardware (AMX), the quantized formats also keep
+a dense bfloat16 copy of each weight for calls of `DENSE_ROWS` rows or more -- prefill
+chunks, user turns, large decode batches -- where oneDNN's AMX GEMM beats the
+quantized kernels, whose cost grows with the rows (`dense_prefill_for`; +2 bytes per weight).
+
 Quantization is split from packing: `quantize_linear` returns device-independent tensors
 (int8 values, or int4 nibbles two per byte, plus scales) that `engine.weight_cache` stores;
 `Linear`s are built from those on the target device.
@@ -34,9 +39,11 @@ import torch.nn.functional as F
 from engine.errors import EngineError
 
 __all__ = [
+    "DENSE_ROWS",
     "INT4_GROUP",
     "PREFILL_ROWS",
     "WEIGHT_FORMATS",
+    "DensePrefill",
     "DenseLinear",
     "Fp16PackedLinear",
     "Int4Linear",
@@ -46,6 +53,8 @@ __all__ = [
     "WeightFormat",
     "bf16_linear",
     "compute_dtype_for",
+    "dense_prefill_for",
+    "dequantize",
     "format_for_linear",
     "linear_from_quantized",
     "quantize_linear",
@@ -57,9 +66,18 @@ WEIGHT_FORMATS: tuple[WeightFormat, ...] = ("fp32", "bf16", "int8", "int4")
 INT4_GROUP = 32
 """Inputs per int4 scale/min group (llama.cpp's Q4 block size)."""
 PREFILL_ROWS = 256
-"""From this many rows on, quantized linears on CPU dequantize and use the float32 GEMM.
-The int8/int4 kernels' cost grows with the rows (measured on 2 AVX2 cores: at 44 rows, a
-user turn, they are 3-5x faster than dequantizing; even at 256)."""
+"""From this many rows on, quantized linears on CPU without a dense copy dequantize and use
+the float32 GEMM. The int8/int4 kernels' cost grows with the rows (measured on 2 AVX2
+cores: at 44 rows, a user turn, they are 3-5x faster than dequantizing; even at 256)."""
+DENSE_ROWS = 16
+"""From this many rows on, quantized linears with a dense bfloat16 copy use it. Measured on
+2 AMX cores with SmolLM2-135M: the int4 kernel's cost grows ~linearly with the rows (the
+MLP's 1536x576: 0.05 ms at 1 row, 0.37 at 16, 8.9 at 512), the AMX GEMM's hardly (1.3 ms
+at 512) but it streams 4x the bytes, so below ~16 rows, with the model's weights out of
+cache, it is no faster (8 concurrent decode: 111 vs 112 tok/s at 8 rows)."""
+DensePrefill = Literal["auto", "always", "never"]
+"""Whether int8/int4 linears keep a dense bfloat16 copy for many rows (see the module
+docstring): auto = on CPUs with AMX; always; never."""
 
 _ALIASES: dict[str, WeightFormat] = {
     "fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
@@ -82,6 +100,17 @@ def compute_dtype_for(fmt: WeightFormat, device: torch.device | str = "cpu") -> 
     if fmt == "fp32" or (fmt == "bf16" and torch.device(device).type == "cpu"):
         return torch.float32
     return torch.bfloat16
+
+
+def dense_prefill_for(mode: DensePrefill, device: torch.device | str = "cpu") -> bool:
+    """Whether quantized linears on `device` get a dense bfloat16 copy under `mode`. auto:
+    only CPUs with AMX tiles (measured there; on AVX2 the bfloat16 GEMM is slower than
+    float32, and CUDA's tinygemm is untested against it)."""
+    if mode == "always":
+        return True
+    if mode == "never" or torch.device(device).type != "cpu":
+        return False
+    return bool(torch.cpu._is_amx_tile_supported())
 
 
 def format_for_linear(name: str, fmt: WeightFormat) -> WeightFormat:
@@ -191,6 +220,9 @@ class Int8Linear(Linear):
     scales: torch.Tensor
     """``[out]`` in the activation dtype: w = q * scale."""
     bias: torch.Tensor | None
+    dense: torch.Tensor | None = None
+    """bfloat16 ``[out, in]``: the dequantized weight, for calls of `DENSE_ROWS` rows or
+    more (see `dense_prefill_for`)."""
 
     @property
     def in_features(self) -> int:  # type: ignore[override]
@@ -203,7 +235,9 @@ class Int8Linear(Linear):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2:  # the kernels take rows: [..., in] -> [rows, in]
             return self(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
-        if self.weight.device.type != "cpu":
+        if self.dense is not None and x.shape[0] >= DENSE_ROWS:
+            y = _dense_matmul(x, self.dense)
+        elif self.weight.device.type != "cpu":
             y = F.linear(x, self.weight.to(x.dtype)) * self.scales
         elif x.shape[0] >= PREFILL_ROWS:
             # Many rows (a long prefill chunk): dequantizing once and using the float32
@@ -230,10 +264,13 @@ class Int4Linear(Linear):
     out_features: int  # type: ignore[misc]
     bias: torch.Tensor | None
     nibbles: torch.Tensor | None = None
-    """CPU only (set exactly when the weight is on CPU): `quantize_linear`'s nibbles, for
-    the prefill path (+0.5 byte/weight)."""
+    """CPU without `dense` only: `quantize_linear`'s nibbles, for the float32 prefill path
+    (+0.5 byte/weight)."""
     scale_min: torch.Tensor | None = None
-    """float32 ``[2, out, in / group, 1]``: scale and min for the prefill path."""
+    """float32 ``[2, out, in / group, 1]``: scale and min for that path."""
+    dense: torch.Tensor | None = None
+    """bfloat16 ``[out, in]``: the dequantized weight, for calls of `DENSE_ROWS` rows or
+    more (see `dense_prefill_for`)."""
 
     def dequantized(self) -> torch.Tensor:
         """float32 ``[out, in]`` (needs `nibbles`)."""
@@ -246,10 +283,12 @@ class Int4Linear(Linear):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2:  # the kernels take rows: [..., in] -> [rows, in]
             return self(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
-        if self.nibbles is None:  # not on CPU
+        if self.dense is not None and x.shape[0] >= DENSE_ROWS:
+            y = _dense_matmul(x, self.dense)
+        elif self.packed.device.type != "cpu":
             y = torch.ops.aten._weight_int4pack_mm(x, self.packed, self.group,
                                                    self.scales_and_zeros)
-        elif x.shape[0] >= PREFILL_ROWS:
+        elif self.nibbles is not None and x.shape[0] >= PREFILL_ROWS:
             # Prefill: as for int8, one dequantization and the float32 BLAS GEMM.
             y = F.linear(x.float(), self.dequantized()).to(x.dtype)
         else:
@@ -260,6 +299,10 @@ class Int4Linear(Linear):
     def nbytes(self) -> int:
         return (self.out_features * self.in_features // 2
                 + self.scales_and_zeros.numel() * self.scales_and_zeros.element_size())
+
+
+def _dense_matmul(x: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
+    return F.linear(x.to(dense.dtype), dense).to(x.dtype)
 
 
 QuantizedTensors = dict[str, torch.Tensor]
@@ -295,13 +338,30 @@ def quantize_linear(weight: torch.Tensor, fmt: WeightFormat) -> QuantizedTensors
     return None
 
 
+def dequantize(tensors: QuantizedTensors) -> torch.Tensor:
+    """float32 ``[out, in]`` from `quantize_linear`'s tensors."""
+    if "q" in tensors:
+        return tensors["q"].float() * tensors["scale"].float()[:, None]
+    nibbles, scale, low = tensors["nibbles"], tensors["scale"], tensors["min"]
+    out_features, half = nibbles.shape
+    groups = scale.shape[0]
+    q = torch.stack([nibbles & 0xF, nibbles >> 4], dim=-1).view(out_features, groups, -1)
+    return torch.addcmul(low.t().float()[..., None], q.float(),
+                         scale.t().float()[..., None]).reshape(out_features, 2 * half)
+
+
 def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, *,
-                          device: torch.device, dtype: torch.dtype) -> Linear:
-    """A `Linear` on `device` computing in `dtype` from `quantize_linear`'s tensors."""
+                          device: torch.device, dtype: torch.dtype, dense: bool = False
+                          ) -> Linear:
+    """A `Linear` on `device` computing in `dtype` from `quantize_linear`'s tensors; `dense`
+    also keeps a bfloat16 copy for many rows (see `dense_prefill_for`)."""
     bias = None if bias is None else bias.to(device=device, dtype=dtype)
+    copy = (dequantize(tensors).to(device=device, dtype=torch.bfloat16).contiguous()
+            if dense else None)
     if "q" in tensors:
         return Int8Linear(tensors["q"].to(device), tensors["scale"].to(device=device,
-                                                                       dtype=dtype), bias)
+                                                                       dtype=dtype), bias,
+                          dense=copy)
     nibbles, scale, low = tensors["nibbles"], tensors["scale"], tensors["min"]
     out_features, half = nibbles.shape
     in_features = 2 * half
@@ -311,6 +371,9 @@ def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, 
     if device.type == "cpu":
         q = torch.stack([nibbles & 0xF, nibbles >> 4], dim=-1).view(out_features, in_features)
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
+        if copy is not None:
+            return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
+                              out_features, bias, dense=copy)
         return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
                           out_features, bias, nibbles=nibbles.contiguous(),
                           scale_min=torch.stack([scale.t(), low.t()]).float()[..., None]
@@ -318,4 +381,4 @@ def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, 
     swapped = ((nibbles & 0xF) << 4) | (nibbles >> 4)  # tinygemm wants the high nibble first
     packed = torch.ops.aten._convert_weight_to_int4pack(swapped.to(device), 8)
     return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
-                      out_features, bias)
+                      out_features, bias, dense=copy)

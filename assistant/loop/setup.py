@@ -108,10 +108,16 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
         remote = connect(vllm_options(cfg), path, progress=progress)
         return remote, remote.tokenizer, None
     from assistant.llm.local import LocalBackend
+    from engine.quantize import dense_prefill_for
 
+    if (progress is not None and e.weights in ("int8", "int4")
+            and dense_prefill_for(e.dense_prefill, e.device)):
+        progress(f"{e.weights} weights with a bfloat16 copy for prefill "
+                 f"(engine.dense_prefill: {e.dense_prefill})")
     engine = Engine.load(path, device=e.device, dtype=e.dtype, page_size=e.page_size,
                          num_pages=e.num_pages, max_batch=e.max_batch,
                          prefill_chunk=e.prefill_chunk, weights=e.weights,
+                         dense_prefill=e.dense_prefill,
                          cache_dir=cache_dir(cfg) / "weights")
     return LocalBackend(engine), engine.tokenizer, engine
 

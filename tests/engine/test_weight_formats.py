@@ -5,16 +5,18 @@ the quantized-weight cache."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from engine import Engine, SamplingParams
 from engine.errors import ContextLimitError, EngineError
 from engine.loader import runner_from_hf_model
 from engine.quality import fixed_text, greedy_agreement, greedy_tokens, perplexity
 from engine.quantize import (
+    DENSE_ROWS,
     PREFILL_ROWS,
     DenseLinear,
     Fp16PackedLinear,
@@ -22,6 +24,8 @@ from engine.quantize import (
     Int8Linear,
     bf16_linear,
     compute_dtype_for,
+    dense_prefill_for,
+    dequantize,
     linear_from_quantized,
     quantize_linear,
     resolve_weight_format,
@@ -65,6 +69,36 @@ def test_quantized_linear_computes_with_its_dequantized_weight(fmt: str, rows: i
     assert float((deq - weight).abs().max()) <= 1.01 * step * float(weight.abs().max())
 
 
+@pytest.mark.parametrize("fmt", ["int8", "int4"])
+def test_a_dense_copy_serves_many_rows_and_the_kernel_few(fmt: str) -> None:
+    gen = torch.Generator().manual_seed(2)
+    weight, bias = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
+    tensors = quantize_linear(weight, resolve_weight_format(fmt))
+    assert tensors is not None
+    plain = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16)
+    dense = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16, dense=True)
+    assert isinstance(dense, Int8Linear | Int4Linear) and dense.dense is not None
+    assert torch.equal(dense.dense, dequantize(tensors).bfloat16())
+    assert torch.allclose(dequantize(tensors), dequantized(tensors, weight.shape), atol=1e-6)
+    few = torch.randn(DENSE_ROWS - 1, 64, generator=gen).bfloat16()
+    many = torch.randn(DENSE_ROWS, 64, generator=gen).bfloat16()
+    assert torch.equal(dense(few), plain(few))  # the same quantized kernel below the rows
+    out = dense(many)
+    assert out.dtype == torch.bfloat16
+    assert torch.equal(out, F.linear(many, dense.dense) + bias.bfloat16())
+    ref = many.float() @ dequantize(tensors).t() + bias
+    assert float((out.float() - ref).abs().max()) < 0.02 * float(ref.abs().max())
+
+
+def test_the_dense_copy_is_kept_where_the_cpu_multiplies_bfloat16(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    for amx in (True, False):
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
+        assert dense_prefill_for("auto", "cpu") is amx
+        assert dense_prefill_for("always", "cpu") and not dense_prefill_for("never", "cpu")
+        assert not dense_prefill_for("auto", "cuda") and dense_prefill_for("always", "cuda")
+
+
 def test_int4_with_inputs_not_a_multiple_of_the_group_falls_back_to_int8() -> None:
     tensors = quantize_linear(torch.randn(8, 48), "int4")
     assert tensors is not None and "q" in tensors
@@ -101,9 +135,10 @@ def test_bf16_dense_weights_keep_the_out_in_layout() -> None:
     assert not DenseLinear.build(wide.bfloat16(), None).input_major
 
 
-@pytest.mark.parametrize("fmt", ["bf16", "int8", "int4"])
+@pytest.mark.parametrize(("fmt", "dense"), [("bf16", "never"), ("int8", "never"),
+                                           ("int4", "never"), ("int4", "always")])
 def test_tiny_models_in_each_format_stay_close_to_fp32(tiny_llama: Any, tiny_qwen2: Any,
-                                                      fmt: str) -> None:
+                                                      fmt: str, dense: Any) -> None:
     ids = [int(t) for t in torch.randint(3, TINY_VOCAB, (24,),
                                          generator=torch.Generator().manual_seed(5))]
     table = list(range(16))
@@ -111,7 +146,8 @@ def test_tiny_models_in_each_format_stay_close_to_fp32(tiny_llama: Any, tiny_qwe
     tol, agree = (0.3, 0.5) if fmt == "int4" else (0.1, 0.75)
     for hf_model in (tiny_llama, tiny_qwen2):
         exact = runner_from_hf_model(hf_model, page_size=4, num_pages=16)
-        low = runner_from_hf_model(hf_model, page_size=4, num_pages=16, weights=fmt)
+        low = runner_from_hf_model(hf_model, page_size=4, num_pages=16, weights=fmt,
+                                   dense_prefill=dense)  # 22 rows: the copy when kept
         assert low.dtype == compute_dtype_for(fmt) == low.kv.k.dtype
         ref = exact.prefill(table, 0, ids, all_logits=True)
         ours = low.prefill(table, 0, ids[:-2], all_logits=True)
@@ -179,9 +215,11 @@ def test_smollm2_quality_gates(llm_dir: Path, tmp_path: Path) -> None:
     results: dict[str, float] = {}
     reference: list[list[int]] = []
     prompts: list[list[int]] = []
-    for fmt in ("fp32", "bf16", "int8", "int4"):
-        runner, tokenizer = load_runner(llm_dir, page_size=16, num_pages=96, weights=fmt,
-                                        cache_dir=tmp_path)
+    for fmt, dense in (("fp32", "never"), ("bf16", "never"), ("int8", "never"),
+                       ("int4", "never"), ("int4+dense", "always")):
+        runner, tokenizer = load_runner(llm_dir, page_size=16, num_pages=96,
+                                        weights=fmt.removesuffix("+dense"), cache_dir=tmp_path,
+                                        dense_prefill=cast(Any, dense))
         text = [int(t) for t in tokenizer.encode(fixed_text(paragraphs=16))]
         results[fmt] = perplexity(runner, text)
         if fmt == "fp32":
@@ -195,4 +233,6 @@ def test_smollm2_quality_gates(llm_dir: Path, tmp_path: Path) -> None:
     assert results["bf16"] <= 1.01 * results["fp32"], results
     assert results["int8"] <= 1.02 * results["fp32"], results
     assert results["int4"] <= 1.06 * results["fp32"], results
+    # The dense copy for prefill is the same weights: a few rounding differences at most.
+    assert abs(results["int4+dense"] / results["int4"] - 1) < 0.01, results
     assert len(list(tmp_path.glob("*-int4.safetensors"))) == 1
