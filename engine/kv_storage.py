@@ -38,6 +38,7 @@ class KVStorage:
         self._v_flat = [self.v[i].view(flat) for i in range(num_layers)]
         self._k_pages = [self.k[i] for i in range(num_layers)]
         self._v_pages = [self.v[i] for i in range(num_layers)]
+        self._scratch: tuple[torch.Tensor, torch.Tensor] | None = None
 
     @property
     def num_slots(self) -> int:
@@ -55,6 +56,30 @@ class KVStorage:
     def layer_pages(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``[pages, page_size, kv_heads, head_dim]`` views (K, V) of one layer."""
         return self._k_pages[index], self._v_pages[index]
+
+    def gather(self, pages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[layers, len(pages), page_size, kv_heads, head_dim]`` copies of K and V at
+        `pages`, in buffers the next call reuses (one decode step's at a time). A fresh
+        copy per step cost thousands of page faults: measured ~4,000 per 8-sequence step
+        (~16 MB), 10-15% of its time, as the allocator handed the memory back each step."""
+        count, elements = pages.shape[0], self.k[0, 0].numel()
+        need = self.num_layers * count * elements
+        if self._scratch is None or self._scratch[0].numel() < need:
+            have = 0 if self._scratch is None else self._scratch[0].numel()
+            size = min(max(need, 2 * have), max(need, GATHER_ALL_BYTES // 2
+                                                // self.k.element_size()))
+            self._scratch = (torch.empty(size, dtype=self.k.dtype, device=self.k.device),
+                             torch.empty(size, dtype=self.v.dtype, device=self.v.device))
+        copies = []
+        for store, scratch in zip((self.k, self.v), self._scratch, strict=True):
+            rows = scratch[:need].view(self.num_layers, count, elements)
+            # Through a [layers, pages, elements] view: torch's CPU index_select copies
+            # whole rows of a 3-D tensor ~3x faster than pages of the 5-D one (measured:
+            # 30 layers x 48 bfloat16 pages, 2.9 -> 0.9 ms).
+            torch.index_select(store.view(self.num_layers, self.num_pages, elements), 1,
+                               pages, out=rows)
+            copies.append(rows.view(self.num_layers, count, *self.k.shape[2:]))
+        return copies[0], copies[1]
 
     def copy_slots(self, src_page: int, dst_page: int, n_tokens: int) -> None:
         """Copy K/V of slots [0, n_tokens) from src_page to dst_page, all layers."""
@@ -113,7 +138,7 @@ class StepKV:
         if 2 * layers * pages.shape[0] * kv.page_bytes > GATHER_ALL_BYTES:
             self._pages = pages
             return
-        k, v = kv.k.index_select(1, pages), kv.v.index_select(1, pages)
+        k, v = kv.gather(pages)
         self._gathered = k, v
         flat = (layers, batch * width, *kv.k.shape[3:])
         self._k_dst, self._v_dst = k.view(flat).unbind(0), v.view(flat).unbind(0)

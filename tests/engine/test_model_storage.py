@@ -39,6 +39,20 @@ def test_flat_layer_view_addresses_page_slots() -> None:
     assert bool((kv.v[1, 1, 2] == 7.0).all())
 
 
+def test_gather_copies_pages_into_a_reused_buffer() -> None:
+    kv = filled_storage()
+    k, v = kv.gather(torch.tensor([3, 0, 3]))
+    assert k.shape == (2, 3, 3, 2, 5)
+    assert torch.equal(k, kv.k[:, [3, 0, 3]]) and torch.equal(v, kv.v[:, [3, 0, 3]])
+    k[:, 0].fill_(9.0)  # a copy: the storage is untouched
+    assert not bool((kv.k[:, 3] == 9.0).any())
+    again, _ = kv.gather(torch.tensor([1, 2]))  # fewer pages: the same memory, fresh data
+    assert again.data_ptr() == k.data_ptr()
+    assert torch.equal(again, kv.k[:, [1, 2]])
+    more, _ = kv.gather(torch.tensor([0, 1, 2, 3, 0, 1, 2, 3]))  # more than it held: grows
+    assert torch.equal(more, kv.k[:, [0, 1, 2, 3, 0, 1, 2, 3]])
+
+
 def test_copy_slots_rejects_bad_arguments() -> None:
     kv = filled_storage()
     with pytest.raises(IndexError):
