@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from assistant.loop.workers import Post, Worker
-from assistant.speech.voice import DEFAULT_CLAUSES, ClauseRule, ReplyVoice
+from assistant.speech.voice import DEFAULT_CLAUSES, AdoptsPremade, ClauseRule, ReplyVoice
 
 if TYPE_CHECKING:
     from audio.tts import SpanSynthesizer
@@ -65,9 +65,11 @@ class TtsWorker(Worker):
         def command() -> None:
             premade = [self._premade[spec_id]] if spec_id in self._premade else []
             self._premade.clear()
+            adopt = (self.synthesizer.adopt if isinstance(self.synthesizer, AdoptsPremade)
+                     else None)
             self._voices[turn_id] = ReplyVoice(self.synthesizer, turn_id,
                                                clauses=self.clauses,
-                                               premade=premade)
+                                               premade=premade, adopt=adopt)
         self.submit(command)
 
     def feed(self, turn_id: int, delta: str, done: bool) -> None:

@@ -12,15 +12,16 @@ Synchronous; run it off the event loop (the TTS worker thread).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from audio.clauses import Clause, ClauseChunker
 from audio.tts import SpanSynthesizer
 from audio.word_timing import TTSChunk
 
 __all__ = ["ReplyVoice", "ReplyChunker", "ClauseRule", "DEFAULT_CLAUSES", "premade_clause",
-           "close_seam"]
+           "close_seam", "AdoptsPremade"]
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,16 @@ def close_seam(chunk: TTSChunk) -> TTSChunk:
     return dataclasses.replace(chunk, pcm=chunk.pcm[:end])
 
 
+@runtime_checkable
+class AdoptsPremade(Protocol):
+    """A synthesizer that must see the pre-synthesised clauses a reply speaks (the
+    daemon's recorder: it keeps each turn's chunks, and speaks text-only turns silently)."""
+
+    def adopt(self, chunk: TTSChunk) -> TTSChunk | None:
+        """``chunk``, made ahead and now the reply's: what the reply speaks instead."""
+        ...
+
+
 def premade_clause(text: str, rule: ClauseRule = DEFAULT_CLAUSES) -> Clause | None:
     """The first clause the reply chunker cuts from a reply starting with ``text``."""
     chunker = ReplyChunker(rule)
@@ -114,11 +125,16 @@ class ReplyVoice:
 
     def __init__(self, synthesizer: SpanSynthesizer, turn_id: int, *,
                  clauses: ClauseRule = DEFAULT_CLAUSES,
-                 premade: Sequence[TTSChunk] = ()) -> None:
+                 premade: Sequence[TTSChunk] = (),
+                 adopt: Callable[[TTSChunk], TTSChunk | None] | None = None) -> None:
+        """``premade``: clauses synthesised ahead (a speculation's), spoken where the
+        reply cuts the same clause at the same place; ``adopt`` sees each one taken (as
+        this turn's chunk) and returns what to speak (see :class:`AdoptsPremade`)."""
         self.synthesizer = synthesizer
         self.turn_id = turn_id
         self._chunker = ReplyChunker(clauses)
         self._premade = {(c.char_start, c.text): c for c in premade}
+        self._adopt = adopt
         self._chunks: list[TTSChunk] = []
         self._next_sample = 0
         self._next_word = 0
@@ -163,6 +179,8 @@ class ReplyVoice:
                 chunk: TTSChunk | None = dataclasses.replace(
                     made, turn_id=self.turn_id, start_sample=self._next_sample,
                     word_index=self._next_word)
+                if self._adopt is not None and chunk is not None:
+                    chunk = self._adopt(chunk)
             else:
                 chunk = self.synthesizer.synthesize_span(
                     clause.text, turn_id=self.turn_id, char_start=clause.char_start,

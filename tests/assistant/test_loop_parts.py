@@ -24,6 +24,7 @@ from audio.clock import VirtualClock
 from audio.sinks import NullSink
 from audio.streaming_asr import StreamingASROptions
 from audio.whisper_window import LOOPS_ONLY
+from audio.word_timing import TTSChunk
 from tests.replay.fakes import RATE, CountingTranscriber, ToneSynthesizer
 
 
@@ -155,6 +156,27 @@ def test_reply_voice_reuses_a_matching_premade_clause() -> None:
     assert [c.word_index for c in chunks] == [0, len(chunks[0].words)]
     v.cancel()
     assert v.feed("more. ") == [] and v.finish() == []
+
+
+def test_reply_voice_hands_an_adopted_clause_to_adopt_and_speaks_what_it_returns() -> None:
+    synth = ToneSynthesizer()
+    text = "Sure, here it is. And more."
+    clause = premade_clause(text, ClauseRule(min_chars=6))
+    assert clause is not None
+    premade = synth.synthesize_span(clause.text, turn_id=0)
+    assert premade is not None
+    seen: list[TTSChunk] = []
+
+    def adopt(chunk: TTSChunk) -> TTSChunk:
+        seen.append(chunk)
+        return dataclasses.replace(chunk, pcm=chunk.pcm[:10])  # e.g. the recorder's silence
+
+    v = ReplyVoice(synth, turn_id=4, clauses=ClauseRule(min_chars=6), premade=[premade],
+                   adopt=adopt)
+    chunks = v.feed(text) + v.finish()
+    assert [c.turn_id for c in seen] == [4] and seen[0].text == clause.text
+    assert chunks[0].num_samples == 10 and chunks[1].start_sample == 10  # what adopt returned
+    assert len(seen) == 1  # clauses synthesised now are not adopted
 
 
 def test_reply_voice_ignores_a_premade_clause_that_does_not_match() -> None:

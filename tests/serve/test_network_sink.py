@@ -5,17 +5,21 @@ again without its words, and the wire position mapped back onto the reply."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 import pytest
 
 from assistant.loop.playback import PlaybackController
+from assistant.loop.tts_worker import SpeechChunk, TtsWorker
 from assistant.serve.backend.network_io import RecordingSynthesizer
 from assistant.serve.backend.network_sink import NetworkSink
+from assistant.speech.voice import ClauseRule, premade_clause
 from audio.chunk import AudioChunk
 from audio.clock import VirtualClock
 from audio.word_timing import TTSChunk, WordTiming
+from tests.replay.fakes import ToneSynthesizer
 
 RATE = 22050
 
@@ -329,3 +333,40 @@ def test_the_audio_lead_comes_from_the_config(serve_runtime: Any) -> None:
     cfg = load_config(CONFIG, env={}, overrides={"server.audio_lead_ms": 800})
     assert runtime_from_models(cfg, serve_runtime.models).audio_lead_ms == 800
     assert serve_runtime.audio_lead_ms == 300  # config.yaml's
+
+
+def test_the_recorder_keeps_a_clause_made_ahead_only_once_a_turn_adopts_it() -> None:
+    voice = FakeVoice()
+    recorder = RecordingSynthesizer(voice)
+    voice.next = [_chunk(0, "Sure,", 0, 2205)]
+    made = recorder.synthesize_span("Sure,")  # a speculation's clause: turn 0
+    assert made is not None and recorder.chunks(0) == []
+    adopted = recorder.adopt(dataclasses.replace(made, turn_id=3))
+    assert adopted is not None and adopted.pcm.size == 2205
+    assert recorder.chunks(3) == [adopted]
+    recorder.set_text_only(5, True)  # a text-only turn adopting it stays silent
+    silent = recorder.adopt(dataclasses.replace(made, turn_id=5, start_sample=40))
+    assert silent is not None and silent.pcm.size == 0
+    assert (silent.text, silent.turn_id, silent.start_sample) == ("Sure,", 5, 40)
+    assert recorder.chunks(5) == [silent]
+
+
+def test_a_daemon_reply_speaking_a_clause_made_ahead_records_it_under_its_turn() -> None:
+    posted: list[object] = []
+    recorder = RecordingSynthesizer(ToneSynthesizer())
+    worker = TtsWorker(recorder, posted.append, clauses=ClauseRule(min_chars=6))
+    text = "Sure, here it is. And more text follows."
+    clause = premade_clause(text, ClauseRule(min_chars=6))
+    assert clause is not None
+    try:
+        worker.presynthesize(1, clause.text)
+        worker.idle().result(timeout=5)
+        worker.begin(7, spec_id=1)
+        worker.feed(7, text, done=True)
+        worker.idle().result(timeout=5)
+    finally:
+        worker.close()
+    spoken = [p.chunk for p in posted if isinstance(p, SpeechChunk)]
+    assert spoken[0].text == clause.text
+    assert [c.text for c in recorder.chunks(7)] == [c.text for c in spoken]
+    assert recorder.chunks(0) == []

@@ -14,7 +14,8 @@
   timings, which is what maps a client's ``audio_end_ms`` to the words heard. A turn
   marked text-only (``output_modalities: ["text"]``) is not synthesised: its clauses
   become silent chunks of no samples, so its text goes out as fast as it is generated
-  and the reply is over ("played") as soon as its text is.
+  and the reply is over ("played") as soon as its text is. A speculation's first clause
+  synthesised ahead is kept only once a reply adopts it (`RecordingSynthesizer.adopt`).
 """
 
 from __future__ import annotations
@@ -200,15 +201,36 @@ class RecordingSynthesizer:
                 self._text_only.discard(turn_id)
 
     def synthesize_span(self, text: str, **kwargs: Any) -> TTSChunk | None:
+        """A turn's clause (recorded), or with turn 0 a speculation's first clause made
+        ahead (recorded only if a reply adopts it: `adopt`)."""
         turn = int(kwargs.get("turn_id", 0))
         with self._lock:
             silent = turn in self._text_only
         chunk: TTSChunk | None = (silent_span(text, self.sample_rate, **kwargs) if silent
                                   else self.inner.synthesize_span(text, **kwargs))
-        if chunk is not None:
-            with self._lock:
-                self._chunks.setdefault(chunk.turn_id, []).append(chunk)
+        if chunk is not None and chunk.turn_id != 0:
+            self._record(chunk)
         return chunk
+
+    def adopt(self, chunk: TTSChunk) -> TTSChunk | None:
+        """A clause made ahead, now turn ``chunk.turn_id``'s: recorded, and silent if the
+        turn is text only (see `assistant.speech.voice.AdoptsPremade`)."""
+        with self._lock:
+            silent = chunk.turn_id in self._text_only
+        if silent:
+            made = silent_span(chunk.text, self.sample_rate, turn_id=chunk.turn_id,
+                               char_start=chunk.char_start, start_sample=chunk.start_sample,
+                               word_index=chunk.word_index, token_start=chunk.token_start,
+                               token_end=chunk.token_end)
+            if made is None:
+                return None
+            chunk = made
+        self._record(chunk)
+        return chunk
+
+    def _record(self, chunk: TTSChunk) -> None:
+        with self._lock:
+            self._chunks.setdefault(chunk.turn_id, []).append(chunk)
 
     def chunks(self, turn_id: int) -> list[TTSChunk]:
         with self._lock:

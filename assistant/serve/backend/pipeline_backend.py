@@ -159,7 +159,9 @@ class PipelineBackend:
             sink=self._sink,
             asr_options=rt.asr_options,
             clauses=rt.clauses,
-            options=PipelineOptions(presynthesize=False),
+            # A speculation's first clause is synthesised ahead when the session speaks:
+            # the recorder keeps it once a reply adopts it (silent if that turn is text).
+            options=PipelineOptions(presynthesize="audio" in settings.output_modalities),
             on_entry=self._on_entry,
         )
 
