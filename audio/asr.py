@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audio.errors import AudioValueError, ModelLoadError
-from audio.whisper_window import FULL_FRAMES, WindowGuard, looks_wrong
+from audio.whisper_window import FULL_FRAMES, WindowGuard, looks_wrong, token_budget
 
 if TYPE_CHECKING:
     from faster_whisper import WhisperModel
@@ -237,10 +237,18 @@ class Transcriber:
         words_on = self.options.word_timestamps if word_timestamps is None else word_timestamps
         kwargs = self._decode_kwargs(initial_prompt, words_on, clips)
         lead = _WINDOW_LEAD if self._may_cut(audio) else 0
+        guard = guard or WindowGuard()
+        # A cut window's decode is capped a little past the text its guard accepts: a loop
+        # ("Name. Name. Name. ..." from half a second of audio) ran to 224 tokens, 1.9-2.3 s
+        # on 2 cores, before the guard could send it to the full window. The cap counts
+        # the decoder's prefix and timestamp tokens too (CTranslate2's max_length), hence
+        # the slack; a loop still passes the budget in text alone and is decoded again.
+        budget = token_budget(duration_ms / 1000, guard) if lead else None
+        cap = {} if budget is None else {"max_new_tokens": budget + 1 + _CAP_SLACK}
         with self._lock:
-            segments, info = self._model.transcribe(_lead_in(audio, lead), **kwargs)
+            segments, info = self._model.transcribe(_lead_in(audio, lead), **kwargs, **cap)
             raw = list(segments)
-            if self._windowed() and looks_wrong(raw, duration_ms / 1000, guard or WindowGuard()):
+            if self._windowed() and looks_wrong(raw, duration_ms / 1000, guard):
                 self.fallbacks += 1
                 raw, lead = self._full_window(audio, kwargs), 0
             shift_ms = _ms(lead / SAMPLE_RATE)
@@ -282,6 +290,11 @@ class Transcriber:
             return list(segments)
         finally:
             model.window_frames = window
+
+
+_CAP_SLACK = 16
+"""Decoder tokens a cut window's decode may spend beyond its text budget (see
+`AsrTranscriber.transcribe`)."""
 
 
 def _lead_in(audio: npt.NDArray[np.float32], samples: int) -> npt.NDArray[np.float32]:

@@ -81,10 +81,16 @@ def cut_window(features: npt.NDArray[np.float32], window_frames: int,
     return np.ascontiguousarray(features[..., :keep]) if keep < features.shape[-1] else features
 
 
+def token_budget(audio_s: float, guard: WindowGuard) -> int:
+    """The most text tokens a cut-window decode of ``audio_s`` seconds may hold; more is
+    a loop (`looks_wrong`)."""
+    return math.floor(guard.extra_tokens + guard.max_tokens_per_s * audio_s)
+
+
 def looks_wrong(segments: Sequence[Any], audio_s: float, guard: WindowGuard) -> bool:
     """Whether faster-whisper ``segments`` show a cut-window failure (see the module)."""
     tokens = sum(len(s.tokens) for s in segments)
-    if tokens > guard.extra_tokens + guard.max_tokens_per_s * audio_s:
+    if tokens > token_budget(audio_s, guard):
         return True
     return any(s.compression_ratio > guard.max_compression_ratio
                or s.avg_logprob < guard.min_avg_logprob for s in segments)

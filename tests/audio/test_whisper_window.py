@@ -20,6 +20,7 @@ from audio.whisper_window import (
     content_frames,
     cut_window,
     looks_wrong,
+    token_budget,
 )
 
 
@@ -76,9 +77,11 @@ class LoopingOnCutWindow:
         self.window_frames = 1000
         self.last_encoded_frames = 0
         self.windows: list[int] = []
+        self.caps: list[int | None] = []
 
     def transcribe(self, audio: np.ndarray, **kwargs: Any) -> Any:
         self.windows.append(self.window_frames)
+        self.caps.append(kwargs.get("max_new_tokens"))
         self.last_encoded_frames = self.window_frames or FULL_FRAMES
         text = " Stop please." * (20 if self.window_frames else 1)
         seg = SimpleNamespace(text=text, start=0.0, end=1.5, words=(), avg_logprob=-0.2,
@@ -94,6 +97,12 @@ def test_an_untrusted_cut_window_decodes_again_on_the_full_window() -> None:
     assert out.text == "Stop please."
     assert model.windows == [1000, 0] and model.window_frames == 1000  # restored
     assert t.fallbacks == 1
+    # The cut window's decode was capped a little past the guard's budget for 2 s (a
+    # loop stops there, still over it); the full window's was not.
+    budget = token_budget(2.0, WindowGuard())
+    assert budget == 20 and model.caps[1] is None
+    cap = model.caps[0]
+    assert cap is not None and budget < cap <= budget + 20
 
 
 class UnsureOnCutWindow:
