@@ -114,6 +114,9 @@ class Transcript:
     """Length of the audio that was given."""
     speech_found: bool = True
     """False when the silence gate skipped decoding."""
+    trusted: bool = True
+    """False when a cut window's result was not trusted and its guard says not to decode
+    it again (`audio.whisper_window.WindowGuard.redo`): no text, and no text is known."""
     words: tuple[TranscribedWord, ...] = field(default=(), init=False)
 
     def __post_init__(self) -> None:
@@ -160,6 +163,8 @@ class Transcriber:
         self._lock = threading.Lock()
         self.fallbacks = 0
         """Decodes on the cut window that were not trusted and ran again on the full one."""
+        self.dropped = 0
+        """Decodes on the cut window that were not trusted and dropped (`Transcript.trusted`)."""
 
     @classmethod
     def from_model(cls, model: WhisperModel, options: ASROptions | None = None) -> Transcriber:
@@ -170,6 +175,7 @@ class Transcriber:
         self._model = model
         self._lock = threading.Lock()
         self.fallbacks = 0
+        self.dropped = 0
         return self
 
     # -- silence gate ------------------------------------------------------------------
@@ -249,6 +255,10 @@ class Transcriber:
             segments, info = self._model.transcribe(_lead_in(audio, lead), **kwargs, **cap)
             raw = list(segments)
             if self._windowed() and looks_wrong(raw, duration_ms / 1000, guard):
+                if not guard.redo:
+                    self.dropped += 1
+                    return Transcript("", (), str(info.language or language), duration_ms,
+                                      trusted=False)
                 self.fallbacks += 1
                 raw, lead = self._full_window(audio, kwargs), 0
             shift_ms = _ms(lead / SAMPLE_RATE)

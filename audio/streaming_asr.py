@@ -39,8 +39,9 @@ __all__ = [
 
 SAMPLE_RATE = 16_000
 
-DecodeFn = Callable[[npt.NDArray[np.float32], str | None], Sequence[TranscribedWord]]
-"""``decode(audio16k, prompt) -> words`` with times in ms relative to the audio start."""
+DecodeFn = Callable[[npt.NDArray[np.float32], str | None], Sequence[TranscribedWord] | None]
+"""``decode(audio16k, prompt) -> words`` with times in ms relative to the audio start, or
+None when this decode's result is not trusted (the partial stays as it was)."""
 
 
 @dataclass(frozen=True)
@@ -191,12 +192,14 @@ class StreamingTranscriber:
         *, guard: WindowGuard | None = None,
     ) -> StreamingTranscriber:
         """Decode with a loaded :class:`~audio.asr.Transcriber` (silence gate on);
-        ``guard``: when a cut-window decode is decoded again on the full window (None:
-        the transcriber's default; see :mod:`audio.whisper_window`)."""
+        ``guard``: when a cut-window decode is decoded again on the full window, or
+        dropped (None: the transcriber's default; see :mod:`audio.whisper_window`)."""
 
-        def decode(audio: npt.NDArray[np.float32], prompt: str | None) -> Sequence[TranscribedWord]:
-            return transcriber.transcribe(audio, word_timestamps=True, initial_prompt=prompt,
-                                          guard=guard).words
+        def decode(audio: npt.NDArray[np.float32], prompt: str | None
+                   ) -> Sequence[TranscribedWord] | None:
+            heard = transcriber.transcribe(audio, word_timestamps=True, initial_prompt=prompt,
+                                           guard=guard)
+            return heard.words if heard.trusted else None
 
         return cls(decode, options)
 
@@ -237,7 +240,7 @@ class StreamingTranscriber:
             words = self._agreement.committed
         else:
             hyp = self._run_decode() if self._total > 0 else []
-            words = self._agreement.finish(hyp)
+            words = self._agreement.finish(hyp)  # None (not trusted): the latest tail
         self._final = TranscriptFinal(_join(words), words, self.audio_ms)
         return self._final
 
@@ -248,7 +251,7 @@ class StreamingTranscriber:
             self._chunks = []
         return self._buffer
 
-    def _run_decode(self) -> list[TranscribedWord]:
+    def _run_decode(self) -> list[TranscribedWord] | None:
         audio = self._audio()
         self._decoded_upto = self._total
         committed = self._agreement.committed
@@ -256,12 +259,16 @@ class StreamingTranscriber:
         before = [w for w in committed if w.end_ms <= offset_ms]
         prompt = _join(before)[-self.options.prompt_chars :] or None
         words = self.decode(audio, prompt)
+        if words is None:
+            return None
         return [
             TranscribedWord(w.text, w.start_ms + offset_ms, w.end_ms + offset_ms, w.probability) for w in words
         ]
 
     def _decode_partial(self) -> TranscriptPartial | None:
         hyp = self._run_decode()
+        if hyp is None:
+            return None  # not trusted: the last partial stands
         self._agreement.insert(hyp)
         self._maybe_trim()
         stable = _join(self._agreement.committed)

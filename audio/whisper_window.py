@@ -14,7 +14,10 @@ sometimes loops ("Stop please. Stop please. ...") or mishears more in noise. So:
   fewer (a long utterance keeps its whole content, up to the full 30 s);
 - :func:`looks_wrong` flags a result with the signs of a cut-window failure (a high
   compression ratio: repetition; more tokens than the audio can hold; a low average
-  log-probability), and the caller re-decodes on the full window.
+  log-probability), and the caller re-decodes on the full window -- or, for a glance
+  (:data:`GLANCE`, a display partial), drops the result;
+- a cut window's decode stops a little past the tokens :func:`token_budget` allows, so
+  a loop costs a few tokens, not hundreds (see :meth:`audio.asr.Transcriber.transcribe`).
 
 ``bench/bench_asr.py`` measures both effects (decode time, WER, fallback rate) on
 several voices, rates and noise levels.
@@ -30,8 +33,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["LOOPS_ONLY", "WindowGuard", "content_frames", "cut_window", "looks_wrong",
-           "FULL_FRAMES"]
+__all__ = ["GLANCE", "LOOPS_ONLY", "WindowGuard", "content_frames", "cut_window", "looks_wrong",
+           "token_budget", "FULL_FRAMES"]
 
 FULL_FRAMES = 3000
 """Log-mel frames in Whisper's 30 s window (10 ms each)."""
@@ -47,6 +50,9 @@ class WindowGuard:
     max_tokens_per_s: float = 6.0
     """Text tokens per second of audio, plus ``extra_tokens``: more is a loop."""
     extra_tokens: int = 8
+    redo: bool = True
+    """False: an untrusted result is dropped (`audio.asr.Transcript.trusted`), not decoded
+    again on the full window."""
 
 
 LOOPS_ONLY = WindowGuard(min_avg_logprob=-math.inf)
@@ -59,6 +65,13 @@ interruptions, Piper and espeak-ng, quiet and in -45 dBFS noise, 250-600 ms long
 them in 136 ms p50 with this guard against 542 ms with the full one, no backchannel cut
 the reply with either, and 46 against 48 of 72 real interruptions were cut at that
 interim rather than the next."""
+
+
+GLANCE = WindowGuard(min_avg_logprob=-math.inf, redo=False)
+"""The guard of a display partial: a loop is dropped, and the partial shown stays as it
+was. The first half second of "Name a big animal." looped on the cut window ("Name. Name.
+Name. ..."); decoding it again on the full window cost ~0.4 s more on 2 cores, with the
+pause's transcript queued behind it, for a partial nobody needs then."""
 
 
 def content_frames(features: npt.NDArray[np.float32]) -> int:

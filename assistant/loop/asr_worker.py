@@ -15,7 +15,7 @@ import numpy.typing as npt
 
 from assistant.loop.workers import Post, Worker
 from audio.streaming_asr import lowest_word_p
-from audio.whisper_window import LOOPS_ONLY, WindowGuard
+from audio.whisper_window import GLANCE, LOOPS_ONLY, WindowGuard
 
 if TYPE_CHECKING:
     from audio.asr import Transcriber
@@ -126,11 +126,11 @@ class AsrWorker(Worker):
         from audio.streaming_asr import StreamingTranscriber
 
         def command() -> None:
-            # Display partials are quick looks too: a first half second is unsure on any
-            # window, and a full-window decode of it (~0.5 s here) would hold up the
-            # pause's transcript behind it.
+            # Display partials are glances: a first half second is unsure on any window,
+            # and a full-window decode of it (~0.5 s here) would hold up the pause's
+            # transcript behind it; one that loops is dropped.
             streaming = StreamingTranscriber.from_transcriber(self.transcriber, self.options,
-                                                              guard=LOOPS_ONLY)
+                                                              guard=GLANCE)
             utt = _Utterance(start_sample, streaming)
             self._utts[utt_id] = utt
             if pcm.size:

@@ -172,6 +172,25 @@ def test_cancel_and_finalize_are_idempotent() -> None:
     assert WORDS[0] in final.text and "~" not in final.text
 
 
+def test_an_untrusted_decode_leaves_the_last_partial_standing() -> None:
+    scripted = ScriptedDecoder()
+    untrusted = {2}  # the second decode's result is not trusted (a glance that looped)
+
+    def decode(audio: np.ndarray, prompt: str | None) -> list[TranscribedWord] | None:
+        words = scripted(audio, prompt)
+        return None if len(scripted.calls) in untrusted else words
+
+    s = StreamingTranscriber(decode, StreamingASROptions(partial_interval_ms=300))
+    audio = _script_audio()
+    partials: list[list[TranscriptPartial]] = []
+    for end in (SEG * 2, SEG * 4, SEG * 6):
+        partials.append(s.feed(audio[end - SEG * 2:end]))
+    assert len(scripted.calls) == 3
+    assert partials[0] and partials[1] == [] and partials[2]  # nothing new from decode 2
+    assert partials[2][0].text.startswith(partials[0][0].stable_text)
+    assert s.finalize().text == " ".join(WORDS[:6])
+
+
 def test_no_partial_before_min_audio() -> None:
     decoder = ScriptedDecoder()
     s = StreamingTranscriber(decoder, StreamingASROptions(partial_interval_ms=100, min_audio_ms=500))

@@ -15,6 +15,7 @@ from audio.asr import ASROptions, Transcriber
 from audio.resample import resample
 from audio.whisper_window import (
     FULL_FRAMES,
+    GLANCE,
     LOOPS_ONLY,
     WindowGuard,
     content_frames,
@@ -103,6 +104,16 @@ def test_an_untrusted_cut_window_decodes_again_on_the_full_window() -> None:
     assert budget == 20 and model.caps[1] is None
     cap = model.caps[0]
     assert cap is not None and budget < cap <= budget + 20
+
+
+def test_a_glance_drops_an_untrusted_cut_window_result() -> None:
+    model = LoopingOnCutWindow()
+    t = Transcriber.from_model(model, ASROptions(speech_check="none"))
+    out = t.transcribe(np.full(16000 * 2, 0.1, np.float32), guard=GLANCE)
+    assert not out.trusted and out.text == "" and out.words == ()
+    assert model.windows == [1000]  # no second decode on the full window
+    assert (t.dropped, t.fallbacks) == (1, 0)
+    assert t.transcribe(np.full(16000 * 2, 0.1, np.float32)).trusted  # the default redoes
 
 
 class UnsureOnCutWindow:

@@ -48,6 +48,7 @@ class ToneClassifier:
 class _Text:
     text: str
     words: tuple[object, ...] = ()
+    trusted: bool = True
 
 
 class CountingTranscriber:
