@@ -32,8 +32,13 @@ TALK_MESSAGES = ("loading speech recognition", "loading voice", "loading languag
 LOAD_TIMEOUT_S = 240  # model loading on a busy 2-core machine
 
 
+_WEIGHTS = re.compile(r"int[48] weights with a bfloat16 copy for prefill "
+                      r"\(engine\.dense_prefill: \w+\)")
+"""Said while loading where the copy is kept (CPUs with AMX: `engine.dense_prefill`)."""
+
+
 def _ours(line: str) -> bool:
-    return line in TALK_MESSAGES
+    return line in TALK_MESSAGES or _WEIGHTS.fullmatch(line) is not None
 
 
 def _start_talk(server: VirtualAudioServer, tmp_path: Path, *extra: str) -> AssistantProcess:
