@@ -275,6 +275,11 @@ def main() -> int:
                         default=[], metavar="FORMATS",
                         help="also run the semantic end of turn on the engine loaded in "
                              "these weight formats (comma-separated: fp32,bf16,int8,int4)")
+    parser.add_argument("--warmup", type=int, default=2, metavar="N",
+                        help="replay N questions first, untimed, on each set of models (0: "
+                             "none): a process's first replay also warms the models up and "
+                             "measured ~200 ms slower per turn, so the first configuration "
+                             "lost to the others")
     args = parser.parse_args()
     base = load_config(default_config_path(), env={})
     print("loading models ...", file=sys.stderr)
@@ -321,6 +326,12 @@ def main() -> int:
             print(f"loading the models for {name} ...", file=sys.stderr)
             runs.append((name, overrides, load_models(
                 load_config(default_config_path(), env={}, overrides=overrides))))
+        if args.warmup > 0:
+            warm = wav.with_name("bench_loop_warmup.wav")
+            build_input(models, args.warmup, warm)
+            for run_models in {id(r[2]): r[2] for r in runs}.values():
+                print("warming up (untimed) ...", file=sys.stderr)
+                run_once(run_models, base, warm)
         for name, overrides, run_models in runs:
             if args.partial_interval_ms is not None:
                 overrides = {**overrides, "asr.partial_interval_ms": args.partial_interval_ms}
