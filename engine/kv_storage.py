@@ -66,8 +66,8 @@ class KVStorage:
         need = self.num_layers * count * elements
         if self._scratch is None or self._scratch[0].numel() < need:
             have = 0 if self._scratch is None else self._scratch[0].numel()
-            size = min(max(need, 2 * have), max(need, GATHER_ALL_BYTES // 2
-                                                // self.k.element_size()))
+            most = GATHER_ALL_BYTES // 2 // self.k.element_size()  # K's share, or V's
+            size = max(need, min(2 * have, most))
             self._scratch = (torch.empty(size, dtype=self.k.dtype, device=self.k.device),
                              torch.empty(size, dtype=self.v.dtype, device=self.v.device))
         copies = []

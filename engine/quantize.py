@@ -275,10 +275,8 @@ class Int4Linear(Linear):
     def dequantized(self) -> torch.Tensor:
         """float32 ``[out, in]`` (needs `nibbles`)."""
         assert self.nibbles is not None and self.scale_min is not None
-        n = self.nibbles
-        q = torch.stack([n & 0xF, n >> 4], dim=-1).view(self.out_features, -1, self.group)
         scale, low = self.scale_min
-        return torch.addcmul(low, q.float(), scale).view(self.out_features, self.in_features)
+        return _int4_values(self.nibbles, scale, low)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2:  # the kernels take rows: [..., in] -> [rows, in]
@@ -342,12 +340,22 @@ def dequantize(tensors: QuantizedTensors) -> torch.Tensor:
     """float32 ``[out, in]`` from `quantize_linear`'s tensors."""
     if "q" in tensors:
         return tensors["q"].float() * tensors["scale"].float()[:, None]
-    nibbles, scale, low = tensors["nibbles"], tensors["scale"], tensors["min"]
-    out_features, half = nibbles.shape
-    groups = scale.shape[0]
-    q = torch.stack([nibbles & 0xF, nibbles >> 4], dim=-1).view(out_features, groups, -1)
-    return torch.addcmul(low.t().float()[..., None], q.float(),
-                         scale.t().float()[..., None]).reshape(out_features, 2 * half)
+    return _int4_values(tensors["nibbles"], tensors["scale"].t().float()[..., None],
+                        tensors["min"].t().float()[..., None])
+
+
+def _unpack_nibbles(nibbles: torch.Tensor) -> torch.Tensor:
+    """uint8 ``[out, in / 2]`` (even input index in the low nibble) -> ``[out, in]``."""
+    return torch.stack([nibbles & 0xF, nibbles >> 4], dim=-1).view(nibbles.shape[0], -1)
+
+
+def _int4_values(nibbles: torch.Tensor, scale: torch.Tensor, low: torch.Tensor
+                 ) -> torch.Tensor:
+    """float32 ``[out, in]``: ``q * scale + min`` per group, with `scale` and `low` float32
+    ``[out, in / group, 1]``."""
+    out_features, groups = nibbles.shape[0], scale.shape[1]
+    q = _unpack_nibbles(nibbles).view(out_features, groups, -1)
+    return torch.addcmul(low, q.float(), scale).reshape(out_features, -1)
 
 
 def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, *,
@@ -369,15 +377,15 @@ def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, 
     zeros = low + 8.0 * scale  # the kernels' form: (q - 8) * scale + zero
     scales_and_zeros = torch.stack([scale, zeros], dim=-1).to(device=device, dtype=dtype)
     if device.type == "cpu":
-        q = torch.stack([nibbles & 0xF, nibbles >> 4], dim=-1).view(out_features, in_features)
-        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q.to(torch.int32), 1)
-        if copy is not None:
-            return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
-                              out_features, bias, dense=copy)
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
+            _unpack_nibbles(nibbles).to(torch.int32), 1)
+        fp32_prefill = copy is None  # without the copy, many rows dequantize (float32)
         return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
-                          out_features, bias, nibbles=nibbles.contiguous(),
+                          out_features, bias,
+                          nibbles=nibbles.contiguous() if fp32_prefill else None,
                           scale_min=torch.stack([scale.t(), low.t()]).float()[..., None]
-                          .contiguous())
+                          .contiguous() if fp32_prefill else None,
+                          dense=copy)
     swapped = ((nibbles & 0xF) << 4) | (nibbles >> 4)  # tinygemm wants the high nibble first
     packed = torch.ops.aten._convert_weight_to_int4pack(swapped.to(device), 8)
     return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
