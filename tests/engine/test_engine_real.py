@@ -120,7 +120,8 @@ class RealCacheMachine(CacheMachine):
         # No end-of-sequence id: the machine's rules expect exactly `count` tokens, and a
         # random model's greedy pick is sometimes its EOS id.
         runner = runner_from_hf_model(hf_model, page_size=3, num_pages=24, eos_token_ids=())
-        self.fresh = runner_from_hf_model(hf_model, page_size=64, num_pages=1)
+        # One page holding all the 24 x 3 slots the machine's sequences can fill.
+        self.fresh = runner_from_hf_model(hf_model, page_size=24 * 3, num_pages=1)
         self.engine = Engine(runner, ByteTokenizer(), max_batch=3, prefill_chunk=5)
 
     @invariant()
