@@ -147,6 +147,8 @@ class CaseResult:
     """Playback stopped after the speech counted (real interruptions)."""
     commit_ms: int | None = None
     """From the start of the sound to the cut being final."""
+    held_ms: int | None = None
+    """From the reply's pause to the cut being final (0: cut at once, as ``immediate``)."""
     gap_ms: int | None = None
     consistent: bool = True
     heard: str = ""
@@ -180,6 +182,7 @@ def run_case(models: LoopModels, cfg: AppConfig, case: Case, tmp: Path,
         out.stop_ms = stopped_at[0].t_ms - barge[0].t_ms
         final = committed[0].t_ms if committed else barge[0].t_ms
         out.commit_ms = final - start
+        out.held_ms = committed[0].after_ms if committed else 0
     if resumed:
         out.gap_ms = resumed[0].gap_ms
     m = outcome.result.metrics
@@ -212,6 +215,7 @@ def interruption_bench(models: LoopModels, realtime: bool,
         real = [r for c, r in res if c.kind == "real"]
         stops = tuple(r.stop_ms for r in real if r.stop_ms is not None)
         commits = tuple(r.commit_ms for r in real if r.commit_ms is not None)
+        held = tuple(r.held_ms for r in real if r.held_ms is not None)
         gaps = tuple(r.gap_ms for r in false if r.gap_ms is not None)
         rows.append([mode,
                      f"{sum(r.stopped for r in false)}/{len(false)}",
@@ -219,11 +223,13 @@ def interruption_bench(models: LoopModels, realtime: bool,
                      f"{sum(r.stopped for r in real)}/{len(real)}",
                      f"{ms(stops, 50)} / {ms(stops, 95)}",
                      f"{ms(commits, 50)} / {ms(commits, 95)}",
+                     f"{ms(held, 50)} / {ms(held, 95)}",
                      f"{ms(gaps, 50)} / {ms(gaps, 95)}",
                      f"{sum(r.consistent for _, r in res)}/{len(res)}"])
     print(f"interruptions over a reply ({clock})")
     print(format_table(["mode", "false stops (backchannel, noise)", "paused", "real stopped",
                         "stop after detection p50/p95 ms", "cut final after speech start p50/p95",
+                        "cut final after the pause p50/p95",
                         "resume gap p50/p95", "sequence == history"], rows))
     print()
     print(format_table(["case (STOP: cut final this long after the sound began)", *results,

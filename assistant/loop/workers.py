@@ -10,6 +10,11 @@ For deterministic replay on a virtual clock, :meth:`Worker.idle` returns a futur
 completes once the worker has nothing queued and no background work: "compute takes
 zero virtual time" is implemented by waiting for every worker to be idle before the
 clock moves. Outputs posted before that point are already queued on the loop.
+
+A worker may be *held* (:meth:`Worker.hold`): it then runs control commands only, and
+counts as idle with its other work waiting, so that another worker's urgent work gets
+the CPU (two cores: Piper synthesising ahead of a paused reply doubled the decode of
+the speech over it).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ class Worker:
             deque(), deque(), deque())
         self._idle_waiters: list[concurrent.futures.Future[None]] = []
         self._busy = False
+        self._held = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name=f"assistant-{name}", daemon=True)
         self._thread.start()
@@ -63,12 +69,19 @@ class Worker:
             self._queues[index].append(command)
             self._cond.notify()
 
+    def hold(self, held: bool) -> None:
+        """Run control commands only while ``held`` (normal and low ones, and background
+        steps, wait; the worker counts as idle); ``False`` lets them run again."""
+        with self._cond:
+            self._held = held
+            self._cond.notify()
+
     def idle(self) -> concurrent.futures.Future[None]:
-        """Completes when nothing is queued and no background work remains."""
+        """Completes when nothing runnable is queued and no background work remains
+        (while held, only control commands count)."""
         fut: concurrent.futures.Future[None] = concurrent.futures.Future()
         with self._cond:
-            if self._closed or (not self._busy and not any(self._queues)
-                                and not self.has_background_work()):
+            if self._closed or (not self._busy and not self._runnable()):
                 fut.set_result(None)
             else:
                 self._idle_waiters.append(fut)
@@ -106,10 +119,16 @@ class Worker:
     # ------------------------------------------------------------------ thread
 
     def _next(self) -> Command | None:
-        for q in self._queues:
+        for q in self._queues[:1] if self._held else self._queues:
             if q:
                 return q.popleft()
         return None
+
+    def _runnable(self) -> bool:
+        """Work to run now (called holding the lock)."""
+        if self._held:
+            return bool(self._queues[0])
+        return any(self._queues) or self.has_background_work()
 
     def _run(self) -> None:
         while True:
@@ -118,7 +137,8 @@ class Worker:
                     if self._closed:
                         return
                     command = self._next()
-                    background = command is None and self.has_background_work()
+                    background = (command is None and not self._held
+                                  and self.has_background_work())
                     if command is not None or background:
                         self._busy = True
                         break

@@ -64,6 +64,11 @@ class Candidate:
         """After a frame (``voiced`` or not): has the burst of speech just ended?"""
         return not voiced and (self.in_pause or self.heard.gap_ms >= BURST_END_MS)
 
+    def pause_words_asked(self, every_ms: int) -> None:
+        """Its words up to a pause were asked for (the pause's transcript, decoded from
+        the pause's onset): the next ask is ``every_ms`` more speech away."""
+        self.interim_at_ms = self.heard.ms + every_ms
+
     def words_due(self, *, ended: bool, min_words_ms: int, barge_in_min_ms: int,
                   every_ms: int) -> bool:
         """Whether to ask for its words now (and if so, when next: ``every_ms`` more

@@ -160,6 +160,12 @@ class TurnManager:
         return self._paused_reply.turn_id if self._paused_reply is not None else None
 
     @property
+    def hears_over_reply(self) -> bool:
+        """Speech is going on over the reply (counted or not yet): its transcripts decide
+        whether it interrupts, so they come with word probabilities (a guess must not)."""
+        return self._paused_reply is not None or self._candidate is not None
+
+    @property
     def speculation_id(self) -> int | None:
         """The live speculation of the open user turn, if any."""
         return self._spec_id
@@ -272,7 +278,12 @@ class TurnManager:
             self._candidate.voiced_ms = 0  # an interruption is continuous speech ...
             self._candidate.in_pause = True
             self._candidate.heard.pause()
-            self._ask_burst_words(self._candidate, out, ended=True)  # ... or words
+            # ... or words: the pause's transcript, decoded from the pause's onset as for
+            # a turn, so ready now. A burst too short to be asked about alone ("Wait,"
+            # voiced 320 ms, of which ~100 ms passed the echo gate) still has its words,
+            # with no decode of its own.
+            self._candidate.pause_words_asked(self.options.interruption.interim_every_ms)
+            out.append(RequestPartial())
         elif self._state is State.USER_SPEAKING and not self._paused:
             self._enter_pause(out)
 
@@ -329,7 +340,7 @@ class TurnManager:
             self._decide_pause(ev.t_ms, out)
 
     def _on_partial(self, ev: PartialTranscript, out: list[TurnAction]) -> None:
-        if self._paused_reply is not None:
+        if self.hears_over_reply:
             self._on_interim(InterimTranscript(ev.t_ms, ev.text, ev.word_p), out)
             return
         if self._state is not State.USER_SPEAKING or not self._paused:

@@ -167,9 +167,9 @@ def test_short_pause_resets_a_candidate() -> None:
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (VoiceFrame(2000, True, 60), [], S),
-        # No preview (no speculation while the assistant speaks); the burst's words
-        # (120 + 60 ms >= min_words_ms) are asked for as it ends.
-        (ShortPause(2300), [RequestInterim()], S),
+        # The burst's words are asked for at its pause: the pause's transcript, decoded
+        # from the pause's onset (no speculation while the assistant speaks).
+        (ShortPause(2300), [RequestPartial()], S),
         # 60 < 200 since the reset; the next ask is 200 ms of speech later (380 ms).
         (VoiceFrame(2400, True, 60), [], S),
         (VoiceFrame(2460, True, 60), [], S),
@@ -179,36 +179,46 @@ def test_short_pause_resets_a_candidate() -> None:
 
 
 def test_words_of_short_bursts_interrupt() -> None:
-    # "Stop, please." in a noisy room: two bursts, each under barge_in_min_ms, that add
-    # up to it: their words are asked for once they do.
+    # "Stop, please." in a noisy room: bursts, each under barge_in_min_ms. The first
+    # one's words come with its pause's transcript (decoded from the pause's onset)...
     run_table([
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
-        (ShortPause(2200), [], S),  # 120 ms: one short burst does not count
-        (VoiceFrame(2300, True, 60), [], S),  # 180
-        (VoiceFrame(2360, True, 60), [RequestInterim()], S),  # 240 >= 200
-        (VoiceFrame(2420, True, 60), [], S),  # next ask 200 ms of speech later
-        (InterimTranscript(2450, "Stop, ple"), [BargeIn(1, 2450), sc(2450, S, U)], U),
+        (ShortPause(2200), [RequestPartial()], S),  # 120 ms: one short burst does not count
+        (PartialTranscript(2210, "Stop,"), [BargeIn(1, 2210), sc(2210, S, U)], U),
     ])
-    # A cough's bursts have no words: nothing happens; each 200 ms more is asked about.
+    # ... and more speech has its words asked for interim_every_ms (here 100) of speech
+    # after the last ask.
     run_table([
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
-        (ShortPause(2200), [], S),
-        (VoiceFrame(2300, True, 100), [RequestInterim()], S),  # 220
-        (InterimTranscript(2350, ""), [], S),
-        (ShortPause(2400), [], S),  # 220 < 420: nothing new to ask about
+        (ShortPause(2200), [RequestPartial()], S),  # next ask at 220 ms of speech
+        (PartialTranscript(2210, "Stop, pl", word_p=0.1), [], S),  # a guess
+        (VoiceFrame(2300, True, 60), [], S),  # 180
+        (VoiceFrame(2360, True, 60), [RequestInterim()], S),  # 240 >= 220
+        (InterimTranscript(2450, "Stop, ple"), [BargeIn(1, 2450), sc(2450, S, U)], U),
+    ], TurnOptions(barge_in_min_ms=200, speculate=True,
+                   interruption=InterruptionOptions(mode="immediate", interim_every_ms=100)))
+    # A cough's bursts have no words: nothing happens.
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120), [], S),
+        (ShortPause(2200), [RequestPartial()], S),  # next ask at 320
+        (PartialTranscript(2210, ""), [], S),
+        (VoiceFrame(2300, True, 100), [], S),  # 220
+        (ShortPause(2400), [RequestPartial()], S),  # next ask at 420
+        (PartialTranscript(2410, ""), [], S),
         (VoiceFrame(2500, True, 100), [], S),  # 320
-        (ShortPause(2700), [], S),
-        (VoiceFrame(2800, True, 100), [RequestInterim()], S),  # 420
+        (ShortPause(2700), [RequestPartial()], S),
+        (PartialTranscript(2710, ""), [], S),
+        (EndOfTurn(3000, speech_end_ms=2600), [DiscardUtterance()], S),
     ])
     # A backchannel's words do not interrupt either.
     run_table([
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
-        (ShortPause(2200), [], S),
-        (VoiceFrame(2300, True, 100), [RequestInterim()], S),
-        (InterimTranscript(2350, "Mm-hmm."), [], S),
+        (ShortPause(2200), [RequestPartial()], S),
+        (PartialTranscript(2210, "Mm-hmm."), [], S),
     ])
 
 
@@ -223,7 +233,8 @@ def test_words_of_one_short_burst_interrupt_as_it_ends() -> None:
         (VoiceFrame(2080, False, 20), [RequestInterim()], S),
         (InterimTranscript(2100, "Stop!"), [BargeIn(1, 2100), sc(2100, S, U)], U),
     ])
-    # Under min_words_ms (a click), or with the option off, nothing is asked.
+    # Under min_words_ms (a click), or with the option off, nothing is decoded for the
+    # burst alone; its pause's transcript is asked for, decoded since the pause's onset.
     for voiced, options in ((140, None), (180, TurnOptions(
             barge_in_min_ms=200, interruption=InterruptionOptions(min_words_ms=400)))):
         run_table([
@@ -231,7 +242,7 @@ def test_words_of_one_short_burst_interrupt_as_it_ends() -> None:
             (SpeechStarted(2000, voiced_ms=voiced), [], S),
             (VoiceFrame(2000, False, 20), [], S),
             (VoiceFrame(2020, False, 20), [], S),
-            (ShortPause(2200), [], S),
+            (ShortPause(2200), [RequestPartial()], S),
         ], options)
 
 

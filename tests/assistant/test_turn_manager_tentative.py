@@ -246,7 +246,7 @@ def test_real_words_over_the_reply_interrupt_however_short_the_speech() -> None:
     run_table([
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
-        (ShortPause(2200), [], S),
+        (ShortPause(2200), [RequestPartial()], S),
         (SpeechResumed(2350), [], S),
         (InterimTranscript(2400, "Stop,", word_p=0.6),
          [PauseReply(1, 2400), BargeIn(1, 2400, paused=True), sc(2400, S, U)], U),
