@@ -64,18 +64,14 @@ class _Decoded:
     """Samples it decoded (fewer than asked when the audio had not all come)."""
     text: str
     word_p: float
-    quick: bool
-    """A quick look (speech over the reply): with word probabilities, and decoded again on
-    the full window only for a loop (`LOOPS_ONLY`); else a full decode."""
     with_p: bool
     """Whether ``word_p`` was measured (else 1.0)."""
 
-    def covers(self, end_sample: int, samples: int, *, quick: bool = False,
-               with_p: bool = False) -> bool:
-        """Whether this decode is the one asked for: the same audio, looked at the same
-        way, with word probabilities if those are asked for."""
-        return ((self.end_sample, self.samples, self.quick) == (end_sample, samples, quick)
-                and (self.with_p or not with_p))
+    def covers(self, end_sample: int, samples: int, with_p: bool) -> bool:
+        """Whether this decode is the one asked for: the same audio, with word
+        probabilities if those are asked for."""
+        return (self.end_sample, self.samples) == (end_sample, samples) \
+            and (self.with_p or not with_p)
 
 
 @dataclass
@@ -159,35 +155,34 @@ class AsrWorker(Worker):
                 utt.partials = not hold
         self.submit(command, priority="control")
 
-    def prepare(self, utt_id: int, end_sample: int, *, quick: bool = False) -> None:
+    def prepare(self, utt_id: int, end_sample: int, *, with_p: bool = False) -> None:
         """Decode up to ``end_sample`` and keep it, posting nothing: the preview (or the
         final) of the same audio, if asked for, is then ready at once."""
         # Normal priority on purpose: the audio up to end_sample is in earlier feeds.
         def command() -> None:
             utt = self._utts.get(utt_id)
             if utt is not None:
-                self._preview_decode(utt, end_sample, quick)
+                self._preview_decode(utt, end_sample, with_p)
         self.submit(command)
 
-    def preview(self, utt_id: int, end_sample: int, *, quick: bool = False) -> None:
-        """Decode up to ``end_sample``; ``quick``: a quick look with word probabilities
-        (speech over the reply: a guess must not cut it, and a full-window decode of an
-        unsure burst, ~0.4-1.6 s on 2 cores, would hold its words up)."""
+    def preview(self, utt_id: int, end_sample: int, *, with_p: bool = False) -> None:
+        """Decode up to ``end_sample``; ``with_p``: with word probabilities (speech over
+        a paused reply: a guess must not cut it)."""
         def command() -> None:
             utt = self._utts.get(utt_id)
             if utt is not None:
-                decoded = self._preview_decode(utt, end_sample, quick)
+                decoded = self._preview_decode(utt, end_sample, with_p)
                 self.post(AsrPreview(utt_id, decoded.text, end_sample, decoded.word_p))
         self.submit(command)
 
-    def _preview_decode(self, utt: _Utterance, end_sample: int, quick: bool) -> _Decoded:
+    def _preview_decode(self, utt: _Utterance, end_sample: int, with_p: bool) -> _Decoded:
         """The decode of the audio up to ``end_sample``: the kept one if it is that audio
-        looked at the same way (the same text), else a new one, kept."""
+        (the same audio: the same text), else a new one, kept."""
         pcm = utt.samples(end_sample)
         decoded = utt.preview
-        if decoded is None or not decoded.covers(end_sample, pcm.size, quick=quick):
-            text, word_p = self._decode(pcm, quick, LOOPS_ONLY if quick else None)
-            decoded = utt.preview = _Decoded(end_sample, pcm.size, text, word_p, quick, quick)
+        if decoded is None or not decoded.covers(end_sample, pcm.size, with_p):
+            text, word_p = self._decode(pcm, with_p)
+            decoded = utt.preview = _Decoded(end_sample, pcm.size, text, word_p, with_p)
         return decoded
 
     def interim(self, utt_id: int) -> None:
@@ -212,7 +207,7 @@ class AsrWorker(Worker):
             pcm = utt.samples(end_sample)
             audio_ms = pcm.size * 1000 // self.sample_rate
             decoded = utt.preview
-            if decoded is not None and decoded.covers(end_sample, pcm.size, with_p=with_p):
+            if decoded is not None and decoded.covers(end_sample, pcm.size, with_p):
                 # The same audio was decoded at the pause: the same text, no new decode.
                 self.post(AsrFinal(utt_id, decoded.text, audio_ms, decoded.word_p))
                 return

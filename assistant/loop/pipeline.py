@@ -209,7 +209,7 @@ class Pipeline:
                 self.utterances.audio(out.pcm)
             elif isinstance(out, UtterancePaused):
                 self.utterances.paused(out.speech_end_sample, self._asr_tail_ms(),
-                                       quick=self.tm.hears_over_reply)
+                                       with_p=self.tm.hears_over_reply)
             elif isinstance(out, UtteranceClosed):
                 self.utterances.closed(out.speech_end_sample)
                 self._apply_vad()

@@ -247,7 +247,7 @@ def _state(p: LoopParts, action: StateChanged, cause: TurnInput) -> None:
 
 def _request_partial(p: LoopParts, action: RequestPartial, cause: TurnInput) -> None:
     # Speech over the reply: its words decide the cut, and a guess must not.
-    p.utterances.request_preview(quick=p.tm.hears_over_reply)
+    p.utterances.request_preview(with_p=p.tm.hears_over_reply)
 
 
 def _request_interim(p: LoopParts, action: RequestInterim, cause: TurnInput) -> None:

@@ -98,13 +98,12 @@ class UtteranceTracker:
             self._quiet_hold = True
             self.asr.hold_partials(utt.utt_id, True)
 
-    def paused(self, pause_start_sample: int, tail_ms: int, *, quick: bool = False) -> None:
+    def paused(self, pause_start_sample: int, tail_ms: int, *, with_p: bool = False) -> None:
         """The speech went quiet at ``pause_start_sample`` (a pause may be starting):
-        decode what its preview will (see :func:`decode_tail_ms`), posting nothing;
-        ``quick``: as a quick look (speech over the reply, see `AsrWorker.preview`)."""
+        decode what its preview will (see :func:`decode_tail_ms`), posting nothing."""
         if self._utt is not None and self._utt.end_sample is None:
             self.asr.prepare(self._utt.utt_id, self._end(pause_start_sample, tail_ms),
-                             quick=quick)
+                             with_p=with_p)
 
     def short_pause(self, pause_start_sample: int, tail_ms: int) -> None:
         """A pause began at ``pause_start_sample``: a preview decodes up to it plus the
@@ -120,9 +119,9 @@ class UtteranceTracker:
 
     # ------------------------------------------------------------------ turn actions
 
-    def request_preview(self, *, quick: bool = False) -> None:
+    def request_preview(self, *, with_p: bool = False) -> None:
         if self._utt is not None:
-            self.asr.preview(self._utt.utt_id, self._pause_end_sample, quick=quick)
+            self.asr.preview(self._utt.utt_id, self._pause_end_sample, with_p=with_p)
 
     def request_interim(self) -> None:
         """Decode the open utterance's audio so far (an interim transcript, not held

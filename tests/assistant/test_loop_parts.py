@@ -302,7 +302,7 @@ def _asr_worker(asr: CountingTranscriber, posted: list[object]) -> AsrWorker:
 
 def test_the_asr_worker_decodes_the_same_audio_once_at_a_pause() -> None:
     # A preview asked for again (a cut decided inside the pause) and the final of the
-    # same span reuse the pause's decode (a quick look does not: the next test).
+    # same span reuse the pause's decode; asking for word probabilities decodes afresh.
     posted: list[object] = []
     asr = CountingTranscriber()
     w = _asr_worker(asr, posted)
@@ -313,13 +313,16 @@ def test_the_asr_worker_decodes_the_same_audio_once_at_a_pause() -> None:
         w.preview(1, end)
         w.idle().result(timeout=5)
         assert asr.calls == 1
+        w.preview(1, end, with_p=True)  # measured probabilities were not asked for before
+        w.idle().result(timeout=5)
+        assert asr.calls == 2
         w.finalize(1, end)
         w.idle().result(timeout=5)
-        assert asr.calls == 1
+        assert asr.calls == 2
     finally:
         w.close()
     texts = [p.text for p in posted if isinstance(p, (AsrPreview, AsrFinal))]
-    assert len(texts) == 3 and len(set(texts)) == 1 and texts[0]
+    assert len(texts) == 4 and len(set(texts)) == 1 and texts[0]
 
 
 def test_a_decode_prepared_at_a_pause_onset_posts_nothing_and_is_the_preview() -> None:
@@ -339,27 +342,6 @@ def test_a_decode_prepared_at_a_pause_onset_posts_nothing_and_is_the_preview() -
         assert [type(p) for p in posted] == [AsrPreview]
     finally:
         w.close()
-
-
-def test_speech_over_the_reply_is_prepared_as_a_quick_look_and_its_final_is_full() -> None:
-    # The pause's words of speech over the reply decide a cut: decoded from the onset as
-    # a quick look (no full-window decode of an unsure burst), ready at the short pause;
-    # a final of the same audio (the speech became the user's turn) is decoded in full.
-    posted: list[object] = []
-    asr = CountingTranscriber()
-    w = _asr_worker(asr, posted)
-    try:
-        w.open(1, _PAUSED, 0)
-        w.prepare(1, _PAUSE_END, quick=True)
-        w.preview(1, _PAUSE_END, quick=True)
-        w.idle().result(timeout=5)
-        assert asr.guards == [LOOPS_ONLY] and [type(p) for p in posted] == [AsrPreview]
-        w.finalize(1, _PAUSE_END, with_p=True)
-        w.idle().result(timeout=5)
-    finally:
-        w.close()
-    assert asr.guards == [LOOPS_ONLY, None]
-    assert [type(p) for p in posted] == [AsrPreview, AsrFinal]
 
 
 def test_display_partials_are_glances() -> None:
