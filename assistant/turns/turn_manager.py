@@ -327,7 +327,9 @@ class TurnManager:
         if guessed(ev.text, ev.word_p, self.options.interruption):
             return  # more audio, or the final transcript, decides
         cand = self._candidate
-        if cand is not None:
+        if cand is not None and cand.heard.ms > 0:
+            # (A candidate that heard nothing yet, after a resume, gets no words: they are
+            # the decided speech's, asked for before it was decided.)
             cand.text = ev.text  # known when it counts, if it ever does
             if not backchannel_only(ev.text, self.options.interruption, in_progress=True):
                 # Real words interrupt however short the speech ("Stop, please": two

@@ -62,6 +62,20 @@ def test_a_backchannel_resumes_the_reply_and_is_discarded() -> None:
     assert tm.paused_turn_id is None
 
 
+def test_words_of_the_decided_speech_arriving_after_the_resume_decide_nothing() -> None:
+    # Espeak-ng's "Yeah." in real time: the interim "yeah" resumed the reply at the
+    # pause; the preview asked for at that pause came back as "here" and, read as the
+    # words of new speech over the reply, cut it. New speech must be heard first.
+    run_table([
+        *PAUSED,
+        (InterimTranscript(2150, "yeah", word_p=0.36), [], S),
+        (ShortPause(2300), [RequestPartial(), ResumeReply(1, 2300, "yeah")], S),
+        (PartialTranscript(2330, "here", word_p=0.48), [], S),
+        (InterimTranscript(2340, "here", word_p=0.48), [], S),
+        (EndOfTurn(2600, speech_end_ms=2100), [DiscardUtterance()], S),
+    ], TENTATIVE)
+
+
 def test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_on() -> None:
     options = TurnOptions(barge_in_min_ms=200, speculate=True,
                           interruption=InterruptionOptions(mode="tentative",
