@@ -360,4 +360,7 @@ class Pipeline:
         actions = self.tm.handle(event)
         for action in actions:
             run_action(self.parts, action, event)
+        # While a reply is paused (its cut undecided), ASR has the CPU: the speech's words
+        # decide the cut, and the reply's clauses ahead of playback are not needed yet.
+        self.tts.hold(self.tm.paused_turn_id is not None)
         return actions

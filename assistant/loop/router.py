@@ -289,7 +289,6 @@ def _cancel_speculation(p: LoopParts, action: CancelSpeculation, cause: TurnInpu
 
 
 def _start_response(p: LoopParts, action: StartResponse, cause: TurnInput) -> None:
-    p.tts.hold(False)
     now = p.now_ms()
     endpoint = p.last_end.t_ms if p.last_end is not None else now
     p.playback.start(action.turn_id, speech_end_ms=action.speech_end_ms, endpoint_ms=endpoint)
@@ -299,9 +298,6 @@ def _start_response(p: LoopParts, action: StartResponse, cause: TurnInput) -> No
 
 
 def _pause_reply(p: LoopParts, action: PauseReply, cause: TurnInput) -> None:
-    # Until the cut is decided, ASR has the CPU: the speech's words decide it, and the
-    # reply's clauses ahead of playback are not needed before it resumes.
-    p.tts.hold(True)
     report = p.playback.pause(action.turn_id, detected_ms=action.t_ms, now_ms=p.now_ms())
     if report is not None:
         p.emit(log.InterruptionPausedEntry(action.t_ms, action.turn_id,
@@ -309,7 +305,6 @@ def _pause_reply(p: LoopParts, action: PauseReply, cause: TurnInput) -> None:
 
 
 def _resume_reply(p: LoopParts, action: ResumeReply, cause: TurnInput) -> None:
-    p.tts.hold(False)
     paused = p.playback.current
     at = p.playback.resume(action.turn_id)
     if at is None or paused is None:
@@ -321,7 +316,6 @@ def _resume_reply(p: LoopParts, action: ResumeReply, cause: TurnInput) -> None:
 
 
 def _barge_in(p: LoopParts, action: BargeIn, cause: TurnInput) -> None:
-    p.tts.hold(False)  # a paused reply's cut is decided
     now = p.now_ms()
     stopped = p.playback.stop(action.turn_id, detected_ms=action.t_ms, now_ms=now)
     if stopped is None:
@@ -339,7 +333,6 @@ def _barge_in(p: LoopParts, action: BargeIn, cause: TurnInput) -> None:
 
 
 def _cancel_response(p: LoopParts, action: CancelResponse, cause: TurnInput) -> None:
-    p.tts.hold(False)
     p.playback.withdraw(action.turn_id)
     p.tts.cancel(action.turn_id)
     p.dialogue.withdraw_turn(action.turn_id)

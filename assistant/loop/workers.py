@@ -73,8 +73,9 @@ class Worker:
         """Run control commands only while ``held`` (normal and low ones, and background
         steps, wait; the worker counts as idle); ``False`` lets them run again."""
         with self._cond:
-            self._held = held
-            self._cond.notify()
+            if held != self._held:
+                self._held = held
+                self._cond.notify()
 
     def idle(self) -> concurrent.futures.Future[None]:
         """Completes when nothing runnable is queued and no background work remains
