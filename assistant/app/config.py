@@ -138,8 +138,8 @@ class EngineConfig(_Section):
     of 32, llama.cpp's Q4_1 layout) computes in bfloat16 whatever `dtype` says."""
     dense_prefill: Literal["auto", "always", "never"] = "auto"
     """int8/int4: also keep a dense bfloat16 copy of each weight for calls of 16+ rows
-    (prefill, user turns), +2 bytes per weight; auto = on CPUs with AMX, where it prefills
-    ~3x faster (see `engine.quantize.dense_prefill_for`)."""
+    (prefill, user turns), +2 bytes per weight; auto = on CPUs with AMX or AVX512-BF16,
+    where it prefills ~3x faster (see `engine.quantize.dense_prefill_for`)."""
     backend: Literal["local", "vllm"] = "local"
     """local: our paged engine in this process; vllm: vLLM servers at ``url``."""
     url: tuple[str, ...] = ()

@@ -92,9 +92,11 @@ def test_a_dense_copy_serves_many_rows_and_the_kernel_few(fmt: str) -> None:
 
 def test_the_dense_copy_is_kept_where_the_cpu_multiplies_bfloat16(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    for amx in (True, False):
+    for amx, avx512_bf16 in ((True, False), (False, True), (True, True), (False, False)):
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
-        assert dense_prefill_for("auto", "cpu") is amx
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported",
+                            lambda bf16=avx512_bf16: bf16)
+        assert dense_prefill_for("auto", "cpu") is (amx or avx512_bf16)
         assert dense_prefill_for("always", "cpu") and not dense_prefill_for("never", "cpu")
         assert not dense_prefill_for("auto", "cuda") and dense_prefill_for("always", "cuda")
 
