@@ -348,8 +348,6 @@ def main() -> int:
             results[name] = metrics
             breakdown[name] = st
             falls[name] = wf
-    hit_endpoint = tuple(t.endpoint_to_audio_ms for m in results.values() for t in m.turns
-                         if t.speculation == "hit" and t.endpoint_to_audio_ms is not None)
     buffer_ms = base.audio.output_buffer_ms
     rows = []
     for name, m in results.items():
@@ -357,8 +355,13 @@ def main() -> int:
                      ms(m.voice_to_voice_ms, 95), len(m.voice_to_voice_ms), "-"])
         rows.append([f"endpoint-to-audio ({name})", ms(m.endpoint_to_audio_ms, 50),
                      ms(m.endpoint_to_audio_ms, 95), len(m.endpoint_to_audio_ms), "-"])
-    rows.append(["endpoint-to-audio on speculation hits", ms(hit_endpoint, 50),
-                 ms(hit_endpoint, 95), len(hit_endpoint), "<= 150"])
+        # Per configuration: a late end of turn (fixed 550 ms) finds a hit's first clause
+        # long synthesised, so pooling configurations would flatter the earlier ones.
+        hits = tuple(t.endpoint_to_audio_ms for t in m.turns
+                     if t.speculation == "hit" and t.endpoint_to_audio_ms is not None)
+        if hits:
+            rows.append([f"  endpoint-to-audio on speculation hits ({name})", ms(hits, 50),
+                         ms(hits, 95), len(hits), "<= 150"])
     stops = tuple(v for m in results.values() for v in m.barge_in_stop_ms)
     leaks = tuple(v for m in results.values() for v in m.leaked_audio_ms)
     rows.append(["barge-in detection -> playback stopped", ms(stops, 50), ms(stops, 95),
