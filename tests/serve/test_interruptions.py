@@ -87,12 +87,13 @@ class Client:
     async def listen(self, ms: int) -> None:
         await self.mic(np.zeros(24 * ms, np.int16))
 
-    async def ask(self, question: np.ndarray) -> None:
-        """Set the storyteller, ask ``question``, and listen 1 s into the reply's audio."""
+    async def ask(self, question: np.ndarray, into_ms: int = 1000) -> None:
+        """Set the storyteller, ask ``question``, and listen ``into_ms`` into the reply's
+        audio."""
         await self.conn.session.update(session={"type": "realtime", "instructions": STORYTELLER})
         await self.mic(np.zeros(2400, np.int16), until=lambda: bool(self.seen("session.updated")))
         await self.mic(question, until=lambda: bool(self.seen("response.output_audio.delta")))
-        await self.listen(1000)
+        await self.listen(into_ms)
 
     def sequence(self) -> list[str]:
         """The event types received, repeats of one type shown once with a count."""
@@ -128,7 +129,9 @@ def test_a_backchannel_over_the_reply_resumes_the_same_response(
                 server).realtime.connect(model="local") as conn:
             client = Client(conn)
             reading = asyncio.create_task(client.read())
-            await client.ask(question)
+            # Early in the reply: the story may be two short clauses (~1.5 s), and the
+            # backchannel must be over audio still to come.
+            await client.ask(question, into_ms=300)
             back_at = client.sent_ms
             await client.mic(back)
             back_end = client.loop.time()
