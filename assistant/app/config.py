@@ -140,6 +140,10 @@ class EngineConfig(_Section):
     """int8/int4: also keep a dense bfloat16 copy of each weight for calls of 16+ rows
     (prefill, user turns), +2 bytes per weight; auto = on CPUs with AMX or AVX512-BF16,
     where it prefills ~3x faster (see `engine.quantize.dense_prefill_for`)."""
+    threads: int = Field(0, ge=0)
+    """CPU threads of the local engine's torch ops; 0 = one per core but one (at least
+    one): ASR and TTS run beside it, and on 2 cores torch's second thread measured 2x
+    slower decode in the running loop (20 vs 10.6 ms per token), not faster."""
     backend: Literal["local", "vllm"] = "local"
     """local: our paged engine in this process; vllm: vLLM servers at ``url``."""
     url: tuple[str, ...] = ()

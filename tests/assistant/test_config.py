@@ -109,3 +109,14 @@ def test_the_project_config_and_demo_recording_are_found_from_any_directory(
     found = default_config_path(tmp_path)  # no config.yaml there: the project's own
     assert found is not None and found.is_file() and found.parent.joinpath("pyproject.toml").is_file()
     assert DEMO_WAV.is_file()  # the bundled recording, not a path that gets rebuilt
+
+
+def test_the_engine_leaves_a_core_to_asr_and_tts_unless_told(tmp_path: Path) -> None:
+    from assistant.loop.setup import engine_threads
+
+    assert AppConfig().engine.threads == 0
+    assert [engine_threads(0, cores) for cores in (1, 2, 4, 16)] == [1, 1, 3, 15]
+    assert engine_threads(2, cores=2) == 2 and engine_threads(3, cores=16) == 3
+    assert load_config(write(tmp_path, "engine:\n  threads: 2\n"), env={}).engine.threads == 2
+    with pytest.raises(ConfigError, match="engine.threads"):
+        load_config(write(tmp_path, "engine:\n  threads: -1\n"), env={})
