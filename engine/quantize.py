@@ -21,7 +21,8 @@ All use kernels that ship with torch (no C++ of ours):
 On CPUs that multiply bfloat16 matrices in hardware (AMX or AVX512-BF16), the quantized
 formats also keep a dense bfloat16 copy of each weight for calls of `DENSE_ROWS` rows or
 more -- prefill chunks, user turns, large decode batches -- where oneDNN's bfloat16 GEMM
-beats the quantized kernels, whose cost grows with the rows (`dense_prefill_for`; +2 bytes per weight).
+beats the quantized kernels, whose cost grows with the rows (`dense_prefill_for`; +2 bytes
+per weight).
 
 Quantization is split from packing: `quantize_linear` returns device-independent tensors
 (int8 values, or int4 nibbles two per byte, plus scales) that `engine.weight_cache` stores;

@@ -112,7 +112,9 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     from engine.quantize import dense_prefill_for
 
     if e.device == "cpu":
-        set_engine_threads(e.threads)
+        import torch
+
+        torch.set_num_threads(engine_threads(e.threads))  # process-wide, at load
 
     if (progress is not None and e.weights in ("int8", "int4")
             and dense_prefill_for(e.dense_prefill, e.device)):
@@ -127,24 +129,17 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
 
 
 def engine_threads(setting: int, cores: int | None = None) -> int:
-    """The local engine's torch threads for ``engine.threads`` (0: every core but one,
-    at least one, on this machine's ``cores``)."""
-    if setting > 0:
-        return setting
-    cores = cores if cores is not None else (os.cpu_count() or 1)
-    return max(1, cores - 1)
-
-
-def set_engine_threads(setting: int) -> None:
-    """Apply ``engine.threads`` to torch (process-wide; at model load, not import).
+    """The local engine's torch threads for ``engine.threads`` (0: every core of this
+    machine's ``cores`` but one, at least one).
 
     Why not every core: the loop decodes beside faster-whisper (CTranslate2, its own
     OpenMP runtime) and Piper. Measured on a 2-core EPYC in the real-time replay of
     ``tests/data/demo_conversation.wav``: a batch-1 decode step 20.3 ms p50 with torch on
     two threads, 10.6 ms on one (7 ms alone, outside the loop, on two)."""
-    import torch
-
-    torch.set_num_threads(engine_threads(setting))
+    if setting > 0:
+        return setting
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    return max(1, cores - 1)
 
 
 def vllm_options(cfg: AppConfig) -> VLLMOptions:
