@@ -107,6 +107,10 @@ class TtsConfig(_Section):
     first_clause_max_chars: int = Field(16, gt=0)
     """A reply's first clause is cut at a space past this length: its synthesis is the
     first audio (shorter: sooner; longer: whole-phrase prosody)."""
+    first_clause_priority: bool = True
+    """On a CPU engine, the LLM's decode steps wait (at most 250 ms) while a reply's first
+    clause is synthesised: the first audio waits for that synthesis, and two cores shared
+    with the decode made it ~2x slower."""
 
 
 class EchoConfig(_Section):

@@ -12,7 +12,8 @@ The host thread loop, after exllamav2's ``iterate()`` and vLLM's engine core bus
 1. run the next queued command: control first (cancel, cut, close), then normal (start a
    turn), then low (speculation); first come first served within a priority;
 2. otherwise, if the backend has work, run one backend step -- one batched decode of
-   every conversation's generation -- and let every session collect its outputs;
+   every conversation's generation -- and let every session collect its outputs (first
+   waiting, briefly, while a reply's first audio is synthesised: see `StepGate`);
 3. otherwise sleep until a command arrives. An idle host (or idle session) costs nothing.
 
 Callers never wait on the engine: :meth:`HostSession.submit` only appends to a queue
@@ -50,6 +51,7 @@ from assistant.llm.session import (
     Post,
     Priority,
 )
+from assistant.llm.step_gate import StepGate
 
 __all__ = ["EngineHost", "HostSession", "Hosted", "EngineFailed", "HostClosed", "Priority",
            "Post", "OwnerStats", "fair_share"]
@@ -82,9 +84,11 @@ class EngineHost:
     """Owns the backend on one thread; see the module docstring."""
 
     def __init__(self, backend: LLMBackend, *, name: str = "engine",
-                 stats_interval_s: float = 0.25) -> None:
+                 stats_interval_s: float = 0.25, gate: StepGate | None = None) -> None:
+        """``gate``: steps wait while it is held (see :mod:`assistant.llm.step_gate`)."""
         self.backend = backend
         self.name = name
+        self.gate = gate
         self._stats_interval_s = stats_interval_s
         self._cond = threading.Condition()
         self._queues: tuple[deque[Command], ...] = (deque(), deque(), deque())
@@ -237,6 +241,8 @@ class EngineHost:
                 if command is not None:
                     self._run_command(command)
                 elif work:
+                    if self.gate is not None:
+                        self.gate.wait()
                     self._step()
                 work = self.backend.has_work()
                 self._settle_idle()

@@ -109,7 +109,8 @@ class Pipeline:
         post = self._post
         self.dialogue = DialogueClient(host, dialogue, post, name=name)
         self.asr = AsrWorker(transcriber, asr_options, post, sample_rate=listener.rate)
-        self.tts = TtsWorker(synthesizer, post, clauses=clauses)
+        self.tts = TtsWorker(synthesizer, post, clauses=clauses,
+                             gate=host.gate if self.options.first_clause_priority else None)
         self._stages: tuple[Any, ...] = (self.dialogue, self.asr, self.tts)
         self.utterances = UtteranceTracker(self.asr, rate=listener.rate,
                                            quiet_hold_ms=self.options.quiet_hold_ms)

@@ -9,6 +9,7 @@ maps the config sections onto each component's own options and returns a
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -72,6 +73,7 @@ def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     """
     from assistant.app.models import resolve_asr, resolve_voice
     from assistant.llm.host import EngineHost
+    from assistant.llm.step_gate import StepGate
     from audio.asr import ASROptions, Transcriber
     from audio.tts import Synthesizer, TTSOptions
     from engine import ChatTemplate
@@ -91,7 +93,10 @@ def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     backend, tokenizer, engine = load_llm(cfg, progress=progress)
     template = ChatTemplate(tokenizer)
     template.verify()
-    return LoopModels(engine, template, transcriber, synthesizer, EngineHost(backend))
+    # A local engine on the CPU shares its cores with Piper: its steps may yield to a
+    # reply's first audio (`tts.first_clause_priority`).
+    gate = StepGate() if engine is not None and cfg.engine.device == "cpu" else None
+    return LoopModels(engine, template, transcriber, synthesizer, EngineHost(backend, gate=gate))
 
 
 def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
@@ -265,7 +270,8 @@ def build_pipeline(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Si
 
     template, options = models.template, dialogue_options(cfg)
     listener = Listener(vad_options(cfg), echo)
-    opts = pipeline_options or PipelineOptions(virtual=virtual)
+    opts = dataclasses.replace(pipeline_options or PipelineOptions(virtual=virtual),
+                               first_clause_priority=cfg.tts.first_clause_priority)
     asr_options: Any = StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms)
     return Pipeline(host=models.host,
                     dialogue=lambda backend: Dialogue(backend, template, options),

@@ -7,6 +7,7 @@ through ``post`` as :class:`SpeechChunk` / :class:`SpeechDone` / :class:`Presynt
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,7 @@ from assistant.loop.workers import Post, Worker
 from assistant.speech.voice import DEFAULT_CLAUSES, AdoptsPremade, ClauseRule, ReplyVoice
 
 if TYPE_CHECKING:
+    from assistant.llm.step_gate import StepGate
     from audio.tts import SpanSynthesizer
     from audio.word_timing import TTSChunk
 
@@ -42,12 +44,17 @@ class Presynthesized:
 
 
 class TtsWorker(Worker):
-    """One :class:`ReplyVoice` per turn; pre-synthesises speculative clauses at low priority."""
+    """One :class:`ReplyVoice` per turn; pre-synthesises speculative clauses at low priority.
+
+    With a ``gate``, the engine's steps wait while a reply's first clause (or a
+    speculation's, made ahead for it) is synthesised: the first audio waits for it, and
+    on a CPU the decode beside it doubled its time (:mod:`assistant.llm.step_gate`)."""
 
     def __init__(self, synthesizer: SpanSynthesizer, post: Post, *,
-                 clauses: ClauseRule = DEFAULT_CLAUSES) -> None:
+                 clauses: ClauseRule = DEFAULT_CLAUSES, gate: StepGate | None = None) -> None:
         self.synthesizer = synthesizer
         self.clauses = clauses
+        self.gate = gate
         self._voices: dict[int, ReplyVoice] = {}
         self._cancelled: set[int] = set()
         self._premade: dict[int, TTSChunk] = {}
@@ -77,11 +84,14 @@ class TtsWorker(Worker):
             voice = self._voices.get(turn_id)
             if voice is None or turn_id in self._cancelled:
                 return
-            chunks = voice.feed(delta) if delta else []
+            with self._urgent(voice.total_samples == 0):  # nothing of it made yet
+                chunks = voice.feed(delta) if delta else []
             for chunk in chunks:
                 self.post(SpeechChunk(turn_id, chunk))
             if done:
-                for chunk in voice.finish():
+                with self._urgent(voice.total_samples == 0):
+                    chunks = voice.finish()
+                for chunk in chunks:
                     self.post(SpeechChunk(turn_id, chunk))
                 self._voices.pop(turn_id, None)
                 self.post(SpeechDone(turn_id, voice.total_samples))
@@ -101,8 +111,12 @@ class TtsWorker(Worker):
         def command() -> None:
             if begun != self._replies_begun:
                 return  # queued behind a reply that has begun: stale
-            chunk = self.synthesizer.synthesize_span(text, turn_id=0, char_start=0)
+            with self._urgent(True):
+                chunk = self.synthesizer.synthesize_span(text, turn_id=0, char_start=0)
             if chunk is not None:
                 self._premade[spec_id] = chunk
                 self.post(Presynthesized(spec_id, chunk))
         self.submit(command, priority="low")
+
+    def _urgent(self, first: bool) -> contextlib.AbstractContextManager[None]:
+        return self.gate.hold() if first and self.gate is not None else contextlib.nullcontext()

@@ -30,6 +30,9 @@ class PipelineOptions:
     at the short pause), so the pause-time preview decode does not queue behind one."""
     presynthesize: bool = True
     """Synthesise a speculation's first clause ahead (never played unless adopted)."""
+    first_clause_priority: bool = True
+    """The engine's steps wait while a reply's first clause is synthesised, where the
+    engine host has a gate (a CPU engine: :mod:`assistant.llm.step_gate`)."""
     virtual: bool = False
     """Settle every worker after each frame (deterministic replay on a virtual clock)."""
     max_tail_ms: int = 30_000

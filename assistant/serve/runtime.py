@@ -86,7 +86,7 @@ class ServeRuntime:
         shared engine, until ``stop`` is set."""
         from assistant.commands.talk import converse
         from assistant.dialogue.dialogue import Dialogue
-        from assistant.loop.pipeline import Pipeline
+        from assistant.loop.pipeline import Pipeline, PipelineOptions
         from assistant.loop.setup import open_live_audio
         from assistant.replay.run import threaded_frames
         from assistant.speech.listener import Listener
@@ -106,7 +106,8 @@ class ServeRuntime:
             transcriber=models.transcriber, synthesizer=models.synthesizer,
             turn_manager=TurnManager(self.turn_options), listener=Listener(self.vad_options, echo),
             clock=clock, sink=sink, asr_options=self.asr_options,
-            clauses=self.clauses, on_entry=on_entry, name="local-audio")
+            clauses=self.clauses, on_entry=on_entry, name="local-audio",
+            options=PipelineOptions(first_clause_priority=self.cfg.tts.first_clause_priority))
         log.info("local audio loop started")
         try:
             await converse(pipeline, threaded_frames(iter(mic)), stop, mic.close)

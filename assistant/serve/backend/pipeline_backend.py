@@ -161,7 +161,9 @@ class PipelineBackend:
             clauses=rt.clauses,
             # A speculation's first clause is synthesised ahead when the session speaks:
             # the recorder keeps it once a reply adopts it (silent if that turn is text).
-            options=PipelineOptions(presynthesize="audio" in settings.output_modalities),
+            options=PipelineOptions(
+                presynthesize="audio" in settings.output_modalities,
+                first_clause_priority=rt.cfg.tts.first_clause_priority),
             on_entry=self._on_entry,
         )
 
