@@ -22,7 +22,7 @@ interruptions (stopped within one buffer, committed how long after the speech be
 the gap heard on a resume, and engine sequence == history after every case.
 
     .venv/bin/python bench/bench_loop.py [--questions N] [--keep DIR] [--weights bf16]
-        [--pause-onset-ms 0]
+        [--pause-onset-ms 0] [--compare tts.first_clause_priority=false]
     .venv/bin/python bench/bench_loop.py --interruptions [--realtime] [--interim-every-ms 100]
 """
 
@@ -35,7 +35,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from assistant.app.config import AppConfig, default_config_path, load_config
+from assistant.app.config import AppConfig, default_config_path, load_config, parse_override
 from assistant.app.report import format_table
 from assistant.loop import event_log as log
 from assistant.loop.metrics import Metrics, percentile
@@ -277,6 +277,11 @@ def main() -> int:
                         default=[], metavar="MS",
                         help="with --interruptions: also run tentative with these "
                              "turns.interim_every_ms (comma-separated)")
+    parser.add_argument("--compare", type=parse_override, action="append", default=[],
+                        metavar="SECTION.KEY=VALUE",
+                        help="also run the semantic end of turn with this config override, "
+                             "on the same models (a per-conversation setting, e.g. "
+                             "tts.first_clause_priority=false; repeatable)")
     parser.add_argument("--weights", type=lambda v: [f for f in v.split(",") if f],
                         default=[], metavar="FORMATS",
                         help="also run the semantic end of turn on the engine loaded in "
@@ -311,6 +316,8 @@ def main() -> int:
         if args.pause_onset_ms is not None:
             configs.append((f"semantic, pause onset {args.pause_onset_ms} ms",
                             {"vad.pause_onset_ms": args.pause_onset_ms}))
+        for key, value in args.compare:
+            configs.append((f"semantic, {key}={value}", {key: value}))
         if args.short_pause_ms:
             configs.append((f"semantic, short pause {args.short_pause_ms} ms",
                             {"vad.short_pause_ms": args.short_pause_ms}))
