@@ -372,7 +372,8 @@ class TurnManager:
             self._set_silence(ev.p_end, out)
 
     def _set_silence(self, p_end: float | None, out: list[TurnAction]) -> None:
-        out.append(SetEndOfTurnSilence(endpoint_silence_ms(p_end, self.options.end_of_turn),
+        out.append(SetEndOfTurnSilence(endpoint_silence_ms(p_end, self.options.end_of_turn,
+                                                           self._spec_text),
                                        p_end))
 
     def _on_final(self, ev: FinalTranscript, out: list[TurnAction]) -> None:

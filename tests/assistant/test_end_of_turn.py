@@ -13,6 +13,7 @@ from assistant.turns.end_of_turn import (
     endpoint_silence_ms,
     is_end_of_turn,
     scoring_text,
+    trails_off,
 )
 from assistant.turns.events import (
     EndOfTurn,
@@ -84,6 +85,34 @@ def test_scoring_text_drops_trailing_punctuation(text: str, scored: str) -> None
     assert scoring_text(text) == scored
 
 
+@pytest.mark.parametrize(("text", "trailing"), [
+    ("What I really want to know is...", True),
+    ("I need a recipe for something with\u2026", True),
+    ("Well,", True),
+    ("So the thing is -", True),
+    ("and then \u2014 ", True),
+    ('He said "wait..." ', True),
+    ("What is the capital of France?", False),
+    ("Name a big animal.", False),
+    ("Thanks!", False),
+    ("What I really want to know is", False),  # no mark: the score decides
+    ("a well-known fact", False),
+    ("", False),
+])
+def test_a_transcript_trails_off_on_an_ellipsis_a_comma_or_a_dash(text: str,
+                                                                    trailing: bool) -> None:
+    assert trails_off(text) is trailing
+
+
+def test_a_transcript_that_trails_off_waits_the_longest_silence_whatever_its_score() -> None:
+    for p_end in (0.9, 0.02, 0.0063, 0.0001):
+        assert endpoint_silence_ms(p_end, SEM, "What I really want to know is...") == 1600
+    assert endpoint_silence_ms(0.9, SEM, "What I really want to know is") == 250
+    # Without a score the fallback holds, and the fixed rule ignores the text.
+    assert endpoint_silence_ms(None, SEM, "Well,") == 550
+    assert endpoint_silence_ms(0.9, FIXED, "Well,") == 550
+
+
 # ---------------------------------------------------------------- the turn manager
 
 
@@ -119,6 +148,14 @@ def test_a_thinking_pause_waits_and_the_score_follows_the_words() -> None:
     assert isinstance(new[-1], StartSpeculation) and new[-1].spec_id == 2
     assert tm.handle(TurnCompleteness(3420, 1, 0.9)) == []  # stale: spec 1's words
     assert tm.handle(TurnCompleteness(3430, 2, 0.05)) == [SetEndOfTurnSilence(250, 0.05)]
+
+
+def test_a_thinking_pause_the_asr_marks_as_trailing_off_waits_whatever_the_score() -> None:
+    tm = semantic_tm()
+    tm.handle(SpeechStarted(0))
+    tm.handle(ShortPause(1200))
+    tm.handle(PartialTranscript(1210, "What I really want to know is..."))
+    assert tm.handle(TurnCompleteness(1230, 1, 0.029)) == [SetEndOfTurnSilence(1600, 0.029)]
 
 
 def test_nothing_to_score_gets_the_fallback() -> None:
