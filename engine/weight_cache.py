@@ -21,7 +21,7 @@ import torch
 from engine.errors import EngineError
 from engine.quantize import INT4_GROUP, QuantizedTensors, WeightFormat
 
-__all__ = ["SCHEME_VERSION", "cache_path", "load_or_quantize"]
+__all__ = ["SCHEME_VERSION", "ALIGN", "cache_path", "load_or_quantize"]
 
 SCHEME_VERSION = 2
 """Bumped whenever `engine.quantize.quantize_linear`'s output changes."""
@@ -71,11 +71,24 @@ def load_or_quantize(cache_dir: Path, model_dir: Path, fmt: WeightFormat,
     return result
 
 
+ALIGN = 64
+"""Bytes every loaded tensor's data is aligned to (torch's own CPU allocations are)."""
+
+
+def _aligned(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, copied if its data is not `ALIGN`-byte aligned. safetensors lays tensors
+    end to end after its header, so one read from a file may be only 8-byte aligned, and
+    torch 2.13's CPU ``_weight_int8pack_mm`` dies (SIGSEGV) on such a weight from 4 rows on:
+    the int8 ``lm_head`` of a cached int4 model crashed the daemon's batched decode of 8
+    sessions on an AVX-512 CPU, while a copy of the same weight runs."""
+    return tensor if tensor.data_ptr() % ALIGN == 0 else tensor.clone()
+
+
 def _unflatten(flat: dict[str, torch.Tensor]) -> dict[str, QuantizedTensors]:
     out: dict[str, QuantizedTensors] = {}
     for key, tensor in flat.items():
         name, _, part = key.rpartition("/")
         if not name:
             raise ValueError(f"unexpected tensor {key!r} in a quantized weight cache")
-        out.setdefault(name, {})[part] = tensor
+        out.setdefault(name, {})[part] = _aligned(tensor)
     return out

@@ -31,7 +31,7 @@ from engine.quantize import (
     resolve_weight_format,
 )
 from engine.runner import DecodeItem
-from engine.weight_cache import cache_path, load_or_quantize
+from engine.weight_cache import ALIGN, cache_path, load_or_quantize
 from tests.engine.conftest import TINY_VOCAB
 from tests.engine.fake_runner import ByteTokenizer
 
@@ -205,6 +205,23 @@ def test_weight_cache_is_keyed_by_format_and_written_once(tmp_path: Path) -> Non
     (model_dir / "model.safetensors").write_bytes(b"other weights!")
     load_or_quantize(cache, model_dir, "int4", compute)
     assert len(calls) == 3
+
+
+def test_weights_read_from_the_cache_are_aligned_for_the_cpu_kernels(tmp_path: Path) -> None:
+    # Odd-sized tensors end to end in the file: read in place, the later ones would sit at
+    # odd offsets (the int8 kernel crashed on an 8-byte aligned lm_head from 4 rows on).
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "model.safetensors").write_bytes(b"weights")
+    made = {f"layers.{i}.o": {"q": torch.randint(-127, 127, (8, 16 + i), dtype=torch.int8),
+                              "scale": torch.rand(8 + i)} for i in range(5)}
+    load_or_quantize(tmp_path / "cache", model_dir, "int8", lambda: made.items())
+    loaded = load_or_quantize(tmp_path / "cache", model_dir, "int8", lambda: [])
+    assert loaded.keys() == made.keys()
+    for name, tensors in loaded.items():
+        for part, tensor in tensors.items():
+            assert tensor.data_ptr() % ALIGN == 0, (name, part)
+            assert torch.equal(tensor, made[name][part])
 
 
 # ---- the packaged SmolLM2: quality gates, loosely (the bench prints the full figures) ----
