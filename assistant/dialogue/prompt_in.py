@@ -55,6 +55,9 @@ def put_prompt(seq: LLMSequence, prompt: Sequence[int], spec: Speculation | None
     if res.hit and have >= len(prompt):
         drafted = spec.kept_tokens()
         spec.reply.truncate(drafted)
+        # A draft stopped at its first clause may hold ids its reply never took: ids that
+        # came in the same backend step after the clause's end (a vLLM stream batches).
+        fork.truncate(spec.reply_start + drafted)
         return PromptIn(fork, 0, base + len(prompt), "hit", res.common_prefix_tokens, drafted,
                         spec.reply, spec.finish_reason is FinishReason.EOS)
     keep = min(res.common_prefix_tokens, have)

@@ -221,6 +221,26 @@ def test_hit_while_the_draft_is_still_running() -> None:
     h.history_ok()
 
 
+def test_a_hit_keeps_only_the_drafted_ids_when_the_clause_ended_mid_batch() -> None:
+    """A backend may hand over several ids in one step (a vLLM stream does). When the
+    draft's first clause ends on an early one, the draft stops and its reply drops the
+    rest, though its fork already holds them: the adopted turn must not keep them."""
+    h = Harness(spec_tokens=200)
+    d = h.dialogue
+    d.speculate(5, "hello")
+    for _ in range(30):  # ids sampled past the first clause before the dialogue collects
+        h.engine.step()
+    drafted = [o for o in d.collect() if isinstance(o, SpeculationDrafted)]
+    assert [o.text for o in drafted] == ["You said hello. "]
+    start = d.start_turn(1, "hello", 5)
+    assert start.speculation == "hit"
+    assert len(d.sequence) == start.prompt_tokens_reused + start.drafted_tokens
+    out = h.run()
+    assert h.reply_of(out, 1) == scripted_reply("hello")
+    d.cut_turn(1, heard_chars=len("You said hello. Fine,"), spoken_ms=900)
+    h.history_ok()
+
+
 def test_resolve_and_common_prefix() -> None:
     assert common_prefix_len([1, 2, 3], [1, 2, 4, 5]) == 2
     assert resolve([1, 2], [1, 2]).hit
