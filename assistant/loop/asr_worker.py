@@ -19,9 +19,10 @@ from audio.whisper_window import GLANCE, LOOPS_ONLY, WindowGuard
 
 if TYPE_CHECKING:
     from audio.asr import Transcriber
+    from audio.smart_turn import SmartTurn
     from audio.streaming_asr import StreamingASROptions, StreamingTranscriber
 
-__all__ = ["AsrPartial", "AsrPreview", "AsrFinal", "AsrWorker"]
+__all__ = ["AsrPartial", "AsrPreview", "AsrFinal", "AsrAudioScore", "AsrWorker"]
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,15 @@ class AsrFinal:
     """Utterance audio decoded."""
     word_p: float = 1.0
     """The lowest word probability (1.0 when decoded without word probabilities)."""
+
+
+@dataclass(frozen=True)
+class AsrAudioScore:
+    """The audio end-of-turn model's P(complete) for an utterance so far, at ``pause``."""
+
+    utt_id: int
+    pause: int
+    p_complete: float
 
 
 @dataclass(frozen=True)
@@ -100,8 +110,11 @@ class AsrWorker(Worker):
     """
 
     def __init__(self, transcriber: Transcriber, options: StreamingASROptions, post: Post,
-                 *, sample_rate: int = 16000) -> None:
+                 *, sample_rate: int = 16000, end_model: SmartTurn | None = None) -> None:
         self.transcriber = transcriber
+        self.end_model = end_model
+        """The audio end-of-turn model (`audio.smart_turn`), if any: asked on this thread,
+        after the pause's transcript, which it must not hold up."""
         self.options = options
         self.sample_rate = sample_rate
         self._utts: dict[int, _Utterance] = {}
@@ -184,6 +197,19 @@ class AsrWorker(Worker):
             text, word_p = self._decode(pcm, with_p)
             decoded = utt.preview = _Decoded(end_sample, pcm.size, text, word_p, with_p)
         return decoded
+
+    def audio_score(self, utt_id: int, pause: int) -> None:
+        """Ask the audio end-of-turn model about the utterance's audio so far (its
+        speech and the pause's silence); posts :class:`AsrAudioScore`. Nothing without
+        a model, or for a 16 kHz-only model at another rate."""
+        if self.end_model is None or self.sample_rate != 16000:
+            return
+
+        def command() -> None:
+            utt = self._utts.get(utt_id)
+            if utt is not None and self.end_model is not None:
+                self.post(AsrAudioScore(utt_id, pause, self.end_model.p_complete(utt.samples())))
+        self.submit(command)
 
     def interim(self, utt_id: int) -> None:
         """Decode all the utterance's audio so far now, posted as a partial."""

@@ -36,6 +36,7 @@ __all__ = [
     "TextTurnEntry",
     "EngineFailedEntry",
     "EndOfTurnScoreEntry",
+    "AudioEndScoreEntry",
     "PauseEntry",
     "PromptWarmedEntry",
     "SpeculationDraftedEntry",
@@ -259,6 +260,16 @@ class EndOfTurnScoreEntry(Entry):
 
 
 @dataclass(frozen=True)
+class AudioEndScoreEntry(Entry):
+    """The audio model's P(the turn is complete) at a pause (``vad.smart_turn``), and the
+    silence that now ends the turn (0: it came after the user went on)."""
+
+    type: ClassVar[str] = "audio_end_score"
+    p_complete: float | None
+    silence_ms: int
+
+
+@dataclass(frozen=True)
 class PauseEntry(Entry):
     """A short pause inside the user's turn was detected (``t_ms``); the silence began at
     ``start_ms``."""
@@ -327,6 +338,7 @@ ENTRY_TYPES: dict[str, type[Entry]] = {
         SpeechStartedEntry,
         SpeechStoppedEntry,
         EndOfTurnScoreEntry,
+        AudioEndScoreEntry,
         PauseEntry,
         PromptWarmedEntry,
         SpeculationDraftedEntry,

@@ -95,8 +95,11 @@ class Pipeline:
                  transcriber: Any, synthesizer: Any, turn_manager: TurnManager,
                  listener: Listener, clock: Clock, sink: Sink, asr_options: Any,
                  clauses: ClauseRule = DEFAULT_CLAUSES, options: PipelineOptions | None = None,
-                 on_entry: EntryCallback | None = None, name: str = "") -> None:
-        """``dialogue(backend)`` builds the conversation on the engine thread of ``host``."""
+                 on_entry: EntryCallback | None = None, name: str = "",
+                 end_model: Any = None) -> None:
+        """``dialogue(backend)`` builds the conversation on the engine thread of ``host``;
+        ``end_model``: the audio end-of-turn model (`audio.smart_turn.SmartTurn`), asked
+        at pauses when the turn manager's options use it."""
         self.options = options if options is not None else PipelineOptions()
         self.tm = turn_manager
         self.listener = listener
@@ -108,7 +111,8 @@ class Pipeline:
         self._inbox: asyncio.Queue[Any] = asyncio.Queue()
         post = self._post
         self.dialogue = DialogueClient(host, dialogue, post, name=name)
-        self.asr = AsrWorker(transcriber, asr_options, post, sample_rate=listener.rate)
+        self.asr = AsrWorker(transcriber, asr_options, post, sample_rate=listener.rate,
+                             end_model=end_model)
         self.tts = TtsWorker(synthesizer, post, clauses=clauses,
                              gate=host.gate if self.options.first_clause_priority else None)
         self._stages: tuple[Any, ...] = (self.dialogue, self.asr, self.tts)

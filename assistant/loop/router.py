@@ -26,7 +26,7 @@ from assistant.dialogue.types import (
 )
 from assistant.llm.host import EngineFailed
 from assistant.loop import event_log as log
-from assistant.loop.asr_worker import AsrFinal, AsrPartial, AsrPreview
+from assistant.loop.asr_worker import AsrAudioScore, AsrFinal, AsrPartial, AsrPreview
 from assistant.loop.engine_client import DialogueClient, TurnWithdrawn
 from assistant.loop.playback import PlaybackController
 from assistant.loop.tts_worker import Presynthesized, SpeechChunk, SpeechDone, TtsWorker
@@ -34,6 +34,7 @@ from assistant.loop.types import PipelineError, PipelineOptions
 from assistant.loop.utterances import UtteranceTracker
 from assistant.loop.workers import WorkerFailed
 from assistant.turns.events import (
+    AudioCompleteness,
     AudioStarted,
     BargeIn,
     CancelResponse,
@@ -46,6 +47,7 @@ from assistant.turns.events import (
     PartialTranscript,
     PauseReply,
     PlaybackDone,
+    RequestAudioScore,
     RequestInterim,
     RequestPartial,
     ResumeReply,
@@ -142,6 +144,15 @@ def _asr_preview(p: LoopParts, item: AsrPreview) -> None:
         p.turn_input(PartialTranscript(p.now_ms(), item.text, item.word_p))
 
 
+def _asr_audio_score(p: LoopParts, item: AsrAudioScore) -> None:
+    if not p.utterances.is_current(item.utt_id):
+        return
+    actions = p.turn_input(AudioCompleteness(p.now_ms(), item.pause, item.p_complete))
+    silence = next((a.silence_ms for a in actions if isinstance(a, SetEndOfTurnSilence)), 0)
+    shown = None if math.isnan(item.p_complete) else float(f"{item.p_complete:.4g}")
+    p.emit(log.AudioEndScoreEntry(p.now_ms(), shown, silence))
+
+
 def _asr_final(p: LoopParts, item: AsrFinal) -> None:
     now = p.now_ms()
     p.utterances.final_arrived(item.utt_id)
@@ -224,6 +235,7 @@ _OUTPUTS: dict[type, Callable[[LoopParts, Any], None]] = {
     EngineFailed: _engine_failed,
     AsrPartial: _asr_partial,
     AsrPreview: _asr_preview,
+    AsrAudioScore: _asr_audio_score,
     AsrFinal: _asr_final,
     TurnStart: _turn_start,
     ReplyDelta: _reply_delta,
@@ -252,6 +264,10 @@ def _request_partial(p: LoopParts, action: RequestPartial, cause: TurnInput) -> 
 
 def _request_interim(p: LoopParts, action: RequestInterim, cause: TurnInput) -> None:
     p.utterances.request_interim()
+
+
+def _request_audio_score(p: LoopParts, action: RequestAudioScore, cause: TurnInput) -> None:
+    p.utterances.request_audio_score(action.pause)
 
 
 def _set_pause_limit(p: LoopParts, action: SetEndOfTurnSilence, cause: TurnInput) -> None:
@@ -342,6 +358,7 @@ _ACTIONS: dict[type, Callable[[LoopParts, Any, Any], None]] = {
     StateChanged: _state,
     RequestPartial: _request_partial,
     RequestInterim: _request_interim,
+    RequestAudioScore: _request_audio_score,
     SetEndOfTurnSilence: _set_pause_limit,
     FinalizeUtterance: _finalize,
     DiscardUtterance: _discard,

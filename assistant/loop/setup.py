@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from audio.clock import Clock
     from audio.echo import EchoOptions, EchoProcessor
     from audio.sinks import Sink, SpeakerSink
+    from audio.smart_turn import SmartTurn
     from audio.sources import MicSource
     from audio.tts import Synthesizer
     from audio.vad import VadOptions
@@ -57,6 +58,8 @@ class LoopModels:
     transcriber: Transcriber
     synthesizer: Synthesizer
     host: EngineHost
+    end_model: SmartTurn | None = None
+    """The audio end-of-turn model (``vad.smart_turn``, semantic mode), if loaded."""
 
     def close(self) -> None:
         """Stop the engine thread (idempotent)."""
@@ -96,7 +99,15 @@ def load_models(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     # A local engine on the CPU shares its cores with Piper: its steps may yield to a
     # reply's first audio (`tts.first_clause_priority`).
     gate = StepGate() if engine is not None and cfg.engine.device == "cpu" else None
-    return LoopModels(engine, template, transcriber, synthesizer, EngineHost(backend, gate=gate))
+    end_model = None
+    if end_of_turn_options(cfg).uses_audio:
+        from assistant.app.models import resolve_smart_turn
+        from audio.smart_turn import SmartTurn
+
+        say("loading end-of-turn model")
+        end_model = SmartTurn(resolve_smart_turn(cfg))
+    return LoopModels(engine, template, transcriber, synthesizer, EngineHost(backend, gate=gate),
+                      end_model)
 
 
 def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
@@ -175,7 +186,8 @@ def end_of_turn_options(cfg: AppConfig) -> EndOfTurnOptions:
     return EndOfTurnOptions(mode=mode, fallback_ms=v.end_of_turn_ms,
                             min_silence_ms=v.semantic_min_ms, max_silence_ms=v.semantic_max_ms,
                             p_complete=v.semantic_p_complete,
-                            p_incomplete=v.semantic_p_incomplete)
+                            p_incomplete=v.semantic_p_incomplete,
+                            audio_wait_ms=v.smart_turn_wait_ms if v.smart_turn else 0)
 
 
 def echo_options(cfg: AppConfig) -> EchoOptions:
@@ -278,4 +290,5 @@ def build_pipeline(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Si
                     transcriber=models.transcriber,
                     synthesizer=models.synthesizer, turn_manager=TurnManager(turn_options(cfg)),
                     listener=listener, clock=clock, sink=sink, asr_options=asr_options,
-                    clauses=clause_rule(cfg), options=opts, on_entry=on_entry)
+                    clauses=clause_rule(cfg), options=opts, on_entry=on_entry,
+                    end_model=models.end_model)

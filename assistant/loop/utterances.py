@@ -123,6 +123,11 @@ class UtteranceTracker:
         if self._utt is not None:
             self.asr.preview(self._utt.utt_id, self._pause_end_sample, with_p=with_p)
 
+    def request_audio_score(self, pause: int) -> None:
+        """Ask the audio end-of-turn model about the open utterance so far."""
+        if self._utt is not None and self._utt.end_sample is None:
+            self.asr.audio_score(self._utt.utt_id, pause)
+
     def request_interim(self) -> None:
         """Decode the open utterance's audio so far (an interim transcript, not held
         like display partials: speech over a paused reply)."""

@@ -107,6 +107,7 @@ class ServeRuntime:
             turn_manager=TurnManager(self.turn_options), listener=Listener(self.vad_options, echo),
             clock=clock, sink=sink, asr_options=self.asr_options,
             clauses=self.clauses, on_entry=on_entry, name="local-audio",
+            end_model=models.end_model,
             options=PipelineOptions(first_clause_priority=self.cfg.tts.first_clause_priority))
         log.info("local audio loop started")
         try:

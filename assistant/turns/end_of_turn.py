@@ -24,6 +24,17 @@ mid-phrase: on bench/bench_turns.py's speech (Piper at two rates, in -35 dBFS no
 espeak-ng; the 10 s window) 7 of 32 cut sentences ended so and 0 of 80 complete ones,
 and "What I really want to know is" scored 0.029 (721 ms: cut off at a 900 ms pause).
 
+A second, audio signal may veto a short wait: Smart Turn v3 (`audio.smart_turn`), asked
+at the same pause, hears whether the speech *sounds* finished. When it calls the turn
+unfinished (P(complete) < 0.5) the turn ends after ``audio_wait_ms`` at the least. The
+text model alone misses pauses inside a sentence whose words could end one ("My sister
+and I were thinking about" 0.09), and there the audio model is often sure (0.02). On
+bench/bench_turns.py's set, with the pause opened inside the sentence spoken whole (as a
+speaker pausing mid-thought keeps the sentence's pitch), the text score alone cut off 27
+of 96 pauses, the audio model alone (pipecat's rule) 45, the two together 3. The cost: a finished sentence that the audio model misjudges waits
+``audio_wait_ms`` (on the set's synthetic voices, 8 of 32; on the bundled human recording
+it called every pause inside a turn unfinished and every turn's end finished).
+
 Before the score is known (or when there is none: nothing transcribed, speculation
 off) the ``fallback_ms`` rule applies.
 """
@@ -36,6 +47,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = ["EndOfTurnOptions", "EndOfTurnMode", "endpoint_silence_ms", "is_end_of_turn",
+           "AUDIO_COMPLETE_P",
            "scoring_text", "trails_off", "EAGERNESS"]
 
 EndOfTurnMode = Literal["fixed", "semantic"]
@@ -58,6 +70,9 @@ class EndOfTurnOptions:
     """P(sentence ends) at or above which ``min_silence_ms`` applies."""
     p_incomplete: float = 0.003
     """P(sentence ends) at or below which ``max_silence_ms`` applies."""
+    audio_wait_ms: int = 0
+    """The least silence that ends a turn the audio model calls unfinished; 0: no audio
+    model (``vad.smart_turn``)."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("fixed", "semantic"):
@@ -67,6 +82,8 @@ class EndOfTurnOptions:
                              f"max_silence_ms ({self.max_silence_ms})")
         if self.fallback_ms <= 0:
             raise ValueError(f"fallback_ms must be positive, got {self.fallback_ms}")
+        if self.audio_wait_ms < 0:
+            raise ValueError(f"audio_wait_ms must be >= 0, got {self.audio_wait_ms}")
         if not 0.0 < self.p_incomplete < self.p_complete < 1.0:
             raise ValueError(f"need 0 < p_incomplete ({self.p_incomplete}) < p_complete "
                              f"({self.p_complete}) < 1")
@@ -74,8 +91,13 @@ class EndOfTurnOptions:
     @property
     def longest_ms(self) -> int:
         """The longest silence any rule may wait (the VAD's own end-of-turn limit)."""
-        return self.fallback_ms if self.mode == "fixed" else max(self.max_silence_ms,
-                                                                  self.fallback_ms)
+        return self.fallback_ms if self.mode == "fixed" else max(
+            self.max_silence_ms, self.fallback_ms, self.audio_wait_ms)
+
+    @property
+    def uses_audio(self) -> bool:
+        """Whether the audio model is asked at each pause."""
+        return self.mode == "semantic" and self.audio_wait_ms > 0
 
 
 EAGERNESS: dict[str, tuple[int, int]] = {
@@ -87,11 +109,27 @@ EAGERNESS: dict[str, tuple[int, int]] = {
 """The Realtime API's ``semantic_vad`` eagerness -> (min_silence_ms, max_silence_ms)."""
 
 
-def endpoint_silence_ms(p_end: float | None, options: EndOfTurnOptions, text: str = "") -> int:
-    """The silence after which the turn ends, given P(the user's sentence ends here) and
-    the transcript it was asked on (see :func:`trails_off`)."""
+def endpoint_silence_ms(p_end: float | None, options: EndOfTurnOptions, text: str = "",
+                        p_audio: float | None = None) -> int:
+    """The silence after which the turn ends, given P(the user's sentence ends here), the
+    transcript it was asked on (see :func:`trails_off`) and the audio model's
+    P(the turn is complete) (None: not known)."""
     o = options
-    if o.mode == "fixed" or p_end is None or math.isnan(p_end):
+    if o.mode == "fixed":
+        return o.fallback_ms
+    silence = _text_silence_ms(p_end, o, text)
+    if o.uses_audio and p_audio is not None and not math.isnan(p_audio) \
+            and p_audio < AUDIO_COMPLETE_P:
+        silence = max(silence, o.audio_wait_ms)
+    return silence
+
+
+AUDIO_COMPLETE_P = 0.5
+"""The audio model's P(complete) below which it calls the turn unfinished."""
+
+
+def _text_silence_ms(p_end: float | None, o: EndOfTurnOptions, text: str) -> int:
+    if p_end is None or math.isnan(p_end):
         return o.fallback_ms
     if trails_off(text):
         return o.max_silence_ms

@@ -9,6 +9,7 @@ clock (``t_ms``), never wall-clock time read inside logic.
 Inputs (what happened):
     SpeechStarted, VoiceFrame, ShortPause, SpeechResumed, EndOfTurn   -- from VAD
     PartialTranscript, FinalTranscript, InterimTranscript             -- from ASR
+    AudioCompleteness                                                 -- from ASR's thread
     TurnCompleteness                                                  -- from the engine
     AudioStarted, PlaybackDone                                        -- from the player
     TextTurn, Interrupt                                               -- from an API caller
@@ -16,6 +17,7 @@ Inputs (what happened):
 Actions (what to do), each carrying the ``turn_id`` it belongs to where one exists so
 stale work can be recognised and dropped:
     RequestPartial, RequestInterim, FinalizeUtterance, DiscardUtterance -- to ASR
+    RequestAudioScore                                                 -- to ASR's thread
     SetEndOfTurnSilence                                               -- to VAD
     StartSpeculation, CancelSpeculation                               -- to the engine
     StartResponse, CancelResponse, BargeIn                            -- to engine, TTS, player
@@ -43,6 +45,7 @@ __all__ = [
     "FinalTranscript",
     "InterimTranscript",
     "TurnCompleteness",
+    "AudioCompleteness",
     "AudioStarted",
     "PlaybackDone",
     "TextTurn",
@@ -51,6 +54,7 @@ __all__ = [
     # actions
     "RequestPartial",
     "RequestInterim",
+    "RequestAudioScore",
     "FinalizeUtterance",
     "DiscardUtterance",
     "SetEndOfTurnSilence",
@@ -169,6 +173,16 @@ class TurnCompleteness:
 
 
 @dataclass(frozen=True)
+class AudioCompleteness:
+    """The audio end-of-turn model's P(the turn is complete) at pause ``pause`` (see
+    :class:`RequestAudioScore`; NaN when it could not tell)."""
+
+    t_ms: int
+    pause: int
+    p_complete: float
+
+
+@dataclass(frozen=True)
 class AudioStarted:
     """The first sample of a reply reached the speaker."""
 
@@ -213,6 +227,7 @@ TurnInput = (
     | FinalTranscript
     | InterimTranscript
     | TurnCompleteness
+    | AudioCompleteness
     | AudioStarted
     | PlaybackDone
     | TextTurn
@@ -235,12 +250,22 @@ class RequestInterim:
 
 
 @dataclass(frozen=True)
+class RequestAudioScore:
+    """Ask the audio end-of-turn model whether the user's speech so far sounds finished
+    (at a short pause in the user's turn; numbered, so a late answer is recognised)."""
+
+    pause: int
+
+
+@dataclass(frozen=True)
 class SetEndOfTurnSilence:
     """End the user's turn after ``silence_ms`` of silence in the current pause (the
     VAD's limit goes back to its default when the user speaks again)."""
 
     silence_ms: int
     p_end: float | None
+    p_audio: float | None = None
+    """The audio model's P(complete) it took into account, if any."""
 
 
 @dataclass(frozen=True)
@@ -344,6 +369,7 @@ class StateChanged:
 TurnAction = (
     RequestPartial
     | RequestInterim
+    | RequestAudioScore
     | SetEndOfTurnSilence
     | FinalizeUtterance
     | DiscardUtterance

@@ -30,7 +30,9 @@ Rules
 - With the semantic end of turn (:mod:`assistant.turns.end_of_turn`), the speculation's
   P(the sentence ends here) sets how much silence ends this pause
   (:class:`SetEndOfTurnSilence`); until it is known, and when there is nothing to score
-  (no words, no speculation), the fixed fallback holds.
+  (no words, no speculation), the fixed fallback holds. With the audio model on, each
+  such pause also asks it (:class:`RequestAudioScore`); an unfinished-sounding answer
+  lengthens the pause's silence (:class:`AudioCompleteness`).
 - A text turn (:class:`TextTurn`) is answered only while listening; an
   :class:`Interrupt` of the reply in flight cuts it like a barge-in (to the words heard,
   none before audio) and gives the floor back.
@@ -46,6 +48,7 @@ from typing import Any
 
 from assistant.turns.end_of_turn import EndOfTurnOptions, endpoint_silence_ms
 from assistant.turns.events import (
+    AudioCompleteness,
     AudioStarted,
     BargeIn,
     CancelResponse,
@@ -59,6 +62,7 @@ from assistant.turns.events import (
     PartialTranscript,
     PauseReply,
     PlaybackDone,
+    RequestAudioScore,
     RequestInterim,
     RequestPartial,
     ResumeReply,
@@ -130,6 +134,9 @@ class TurnManager:
         self._spec_id: int | None = None
         self._spec_text = ""
         self._spec_score: float | None = None
+        # The audio model's P(complete) at the current pause, numbered by _pauses.
+        self._audio_p: float | None = None
+        self._pauses = 0
         # Text already final for the user's turn (from earlier utterances of the same
         # turn: a reopened turn, or an utterance finalised just before the user went on).
         self._prefix = ""
@@ -211,6 +218,7 @@ class TurnManager:
             self._candidate.bursts += 1
         elif self._state is State.USER_SPEAKING:
             self._paused = False
+            self._audio_p = None
 
     def _on_audio_started(self, ev: AudioStarted, out: list[TurnAction]) -> None:
         if ev.turn_id == self._active_turn and self._state is State.THINKING:
@@ -290,8 +298,12 @@ class TurnManager:
     def _enter_pause(self, out: list[TurnAction]) -> None:
         """The user's turn is in a pause: speculate on its words, time its end."""
         self._paused = True
+        self._pauses += 1
+        self._audio_p = None
         if self.options.speculate:
             out.append(RequestPartial())
+        if self.options.end_of_turn.uses_audio:
+            out.append(RequestAudioScore(self._pauses))
         if self.options.semantic:
             # Until the score is known the fixed silence holds: a score that comes
             # late (a slow transcript) may lengthen or shorten the wait, but the
@@ -371,10 +383,18 @@ class TurnManager:
         if self.options.semantic and self._paused:
             self._set_silence(ev.p_end, out)
 
+    def _on_audio_completeness(self, ev: AudioCompleteness, out: list[TurnAction]) -> None:
+        if ev.pause != self._pauses or not self._paused \
+                or self._state is not State.USER_SPEAKING or self.hears_over_reply:
+            return  # a late answer (the user went on), or not the user's turn
+        self._audio_p = ev.p_complete
+        if self.options.semantic:
+            self._set_silence(self._spec_score, out)
+
     def _set_silence(self, p_end: float | None, out: list[TurnAction]) -> None:
         out.append(SetEndOfTurnSilence(endpoint_silence_ms(p_end, self.options.end_of_turn,
-                                                           self._spec_text),
-                                       p_end))
+                                                           self._spec_text, self._audio_p),
+                                       p_end, self._audio_p))
 
     def _on_final(self, ev: FinalTranscript, out: list[TurnAction]) -> None:
         paused = self._paused_reply
@@ -425,6 +445,7 @@ class TurnManager:
         self._spec_id = None
         self._spec_text = ""
         self._spec_score = None
+        self._audio_p = None
         self._prefix = ""
 
     def _on_playback_done(self, ev: PlaybackDone, out: list[TurnAction]) -> None:
@@ -533,6 +554,7 @@ class TurnManager:
 
     def _open_utterance(self, *, keep_prefix: bool = False) -> None:
         self._paused = False
+        self._audio_p = None
         self._spec_text = ""
         self._spec_score = None
         if not keep_prefix:
@@ -561,6 +583,7 @@ _HANDLERS: dict[type, Callable[[TurnManager, Any, list[TurnAction]], None]] = {
     InterimTranscript: TurnManager._on_interim,
     FinalTranscript: TurnManager._on_final,
     TurnCompleteness: TurnManager._on_completeness,
+    AudioCompleteness: TurnManager._on_audio_completeness,
     AudioStarted: TurnManager._on_audio_started,
     PlaybackDone: TurnManager._on_playback_done,
     TextTurn: TurnManager._on_text_turn,

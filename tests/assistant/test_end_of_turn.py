@@ -16,8 +16,10 @@ from assistant.turns.end_of_turn import (
     trails_off,
 )
 from assistant.turns.events import (
+    AudioCompleteness,
     EndOfTurn,
     PartialTranscript,
+    RequestAudioScore,
     RequestPartial,
     SetEndOfTurnSilence,
     ShortPause,
@@ -31,6 +33,9 @@ from assistant.turns.turn_manager import TurnManager, TurnOptions
 SEM = EndOfTurnOptions(mode="semantic", fallback_ms=550, min_silence_ms=250,
                        max_silence_ms=1600, p_complete=0.02, p_incomplete=0.002)
 FIXED = EndOfTurnOptions(mode="fixed", fallback_ms=550)
+AUDIO = EndOfTurnOptions(mode="semantic", fallback_ms=550, min_silence_ms=250,
+                         max_silence_ms=1600, p_complete=0.02, p_incomplete=0.002,
+                         audio_wait_ms=1000)
 
 
 @pytest.mark.parametrize(("silence", "p_end", "options", "ends"), [
@@ -113,6 +118,36 @@ def test_a_transcript_that_trails_off_waits_the_longest_silence_whatever_its_sco
     assert endpoint_silence_ms(0.9, FIXED, "Well,") == 550
 
 
+@pytest.mark.parametrize(("p_end", "p_audio", "options", "silence"), [
+    # The audio model calls it finished, or is not asked: the text score decides.
+    (0.9, 0.97, AUDIO, 250),
+    (0.9, None, AUDIO, 250),
+    (0.9, float("nan"), AUDIO, 250),
+    (0.0001, 0.97, AUDIO, 1600),
+    # It calls it unfinished: at least audio_wait_ms, whatever the text says.
+    (0.9, 0.2, AUDIO, 1000),
+    (0.9, 0.4999, AUDIO, 1000),
+    (0.0001, 0.2, AUDIO, 1600),  # the longer of the two
+    (None, 0.2, AUDIO, 1000),  # before the text score: the fallback, lengthened
+    # Without the audio model (audio_wait_ms 0) or in fixed mode its score changes nothing.
+    (0.9, 0.2, SEM, 250),
+    (0.9, 0.2, FIXED, 550),
+])
+def test_an_unfinished_sounding_pause_waits_at_least_the_audio_wait(
+        p_end: float | None, p_audio: float | None, options: EndOfTurnOptions,
+        silence: int) -> None:
+    assert endpoint_silence_ms(p_end, options, "my sister and I were thinking about",
+                               p_audio) == silence
+
+
+def test_the_audio_wait_is_validated_and_counts_in_the_longest_silence() -> None:
+    with pytest.raises(ValueError, match="audio_wait_ms"):
+        EndOfTurnOptions(audio_wait_ms=-1)
+    assert EndOfTurnOptions(max_silence_ms=800, audio_wait_ms=1000).longest_ms == 1000
+    assert AUDIO.uses_audio and not SEM.uses_audio
+    assert not EndOfTurnOptions(mode="fixed", audio_wait_ms=1000).uses_audio
+
+
 # ---------------------------------------------------------------- the turn manager
 
 
@@ -183,3 +218,68 @@ def test_fixed_mode_never_sets_a_silence() -> None:
     tm.handle(ShortPause(1200))
     tm.handle(PartialTranscript(1210, "hello there"))
     assert tm.handle(TurnCompleteness(1230, 1, 0.9)) == []
+
+
+def audio_tm() -> TurnManager:
+    return TurnManager(TurnOptions(speculate=True, end_of_turn=AUDIO))
+
+
+def test_each_pause_asks_the_audio_model_and_its_answer_sets_the_silence() -> None:
+    tm = audio_tm()
+    tm.handle(SpeechStarted(0))
+    assert tm.handle(ShortPause(1200)) == [RequestPartial(), RequestAudioScore(1),
+                                           SetEndOfTurnSilence(550, None)]
+    tm.handle(PartialTranscript(1210, "my sister and I were thinking about"))
+    # The words alone could end a sentence ...
+    assert tm.handle(TurnCompleteness(1230, 1, 0.09)) == [SetEndOfTurnSilence(250, 0.09)]
+    # ... the voice says they do not: the pause waits.
+    assert tm.handle(AudioCompleteness(1250, 1, 0.02)) == [
+        SetEndOfTurnSilence(1000, 0.09, 0.02)]
+    # A text score coming after the audio one keeps the audio model's say.
+    tm.handle(SpeechResumed(1900))
+    tm.handle(ShortPause(2600))
+    tm.handle(PartialTranscript(2610, "my sister and I were thinking about visiting"))
+    assert tm.handle(AudioCompleteness(2620, 2, 0.3)) == [SetEndOfTurnSilence(1000, None, 0.3)]
+    assert tm.handle(TurnCompleteness(2640, 2, 0.5)) == [SetEndOfTurnSilence(1000, 0.5, 0.3)]
+
+
+def test_a_finished_sounding_pause_keeps_the_text_rule() -> None:
+    tm = audio_tm()
+    tm.handle(SpeechStarted(0))
+    tm.handle(ShortPause(1200))
+    tm.handle(PartialTranscript(1210, "what time is it"))
+    assert tm.handle(AudioCompleteness(1220, 1, 0.97)) == [SetEndOfTurnSilence(550, None, 0.97)]
+    assert tm.handle(TurnCompleteness(1230, 1, 0.4)) == [SetEndOfTurnSilence(250, 0.4, 0.97)]
+
+
+def test_a_late_audio_answer_is_ignored() -> None:
+    tm = audio_tm()
+    tm.handle(SpeechStarted(0))
+    tm.handle(ShortPause(1200))
+    tm.handle(SpeechResumed(1300))
+    assert tm.handle(AudioCompleteness(1310, 1, 0.02)) == []  # the user went on
+    tm.handle(ShortPause(2000))
+    assert tm.handle(AudioCompleteness(2010, 1, 0.02)) == []  # the first pause's answer
+    assert tm.handle(AudioCompleteness(2020, 2, 0.02)) == [SetEndOfTurnSilence(1000, None, 0.02)]
+    tm.handle(EndOfTurn(3100, 2000))
+    assert tm.handle(AudioCompleteness(3110, 2, 0.02)) == []  # the turn already ended
+
+
+def test_without_the_audio_model_no_pause_asks_it() -> None:
+    tm = semantic_tm()
+    tm.handle(SpeechStarted(0))
+    assert not any(isinstance(a, RequestAudioScore) for a in tm.handle(ShortPause(1200)))
+
+
+def test_semantic_vad_eagerness_scales_the_audio_wait() -> None:
+    from assistant.serve.backend import contract as B
+    from assistant.serve.backend.settings_map import end_of_turn
+
+    base = TurnOptions(speculate=True, end_of_turn=AUDIO)
+    waits = {e: end_of_turn(base, B.TurnDetectionSettings(type="semantic_vad", eagerness=e))
+             for e in ("low", "medium", "high")}
+    assert waits["medium"].audio_wait_ms == 1000
+    assert waits["high"].audio_wait_ms == 500 < waits["high"].max_silence_ms
+    assert waits["low"].audio_wait_ms == 1875
+    server = end_of_turn(base, B.TurnDetectionSettings(type="server_vad"))
+    assert server.mode == "fixed" and not server.uses_audio

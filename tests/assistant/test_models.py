@@ -26,6 +26,8 @@ def test_defaults_resolve_inside_packages(default_config: AppConfig) -> None:
     assert onnx.suffix == ".onnx" and config.name == onnx.name + ".json"
     gguf = models.resolve_llm_source(default_config)
     assert gguf.suffix == ".gguf" and gguf.stat().st_size > 50_000_000
+    smart = models.resolve_smart_turn(default_config)
+    assert smart.suffix == ".onnx" and smart.stat().st_size > 1_000_000
 
 
 def test_converted_llm_is_a_plain_transformers_dir(llm_dir: Path) -> None:
@@ -64,6 +66,9 @@ def test_user_paths_are_checked(tmp_path: Path) -> None:
         models.resolve_asr(cfg)
     with pytest.raises(ModelNotFoundError, match="not a .gguf file"):
         models.resolve_llm_source(cfg)
+    cfg = cfg_with(tmp_path, f"models:\n  smart_turn: {tmp_path / 'turn.onnx'}\n")
+    with pytest.raises(ModelNotFoundError, match="turn.onnx: no such Smart Turn ONNX file"):
+        models.resolve_smart_turn(cfg)
 
 
 def test_missing_package_gives_install_command() -> None:

@@ -71,3 +71,40 @@ def test_the_waterfall_of_a_hit_is_complete_and_ordered(loop_models: LoopModels,
     assert t["end_of_turn_score"] <= t["endpoint_decided"] <= t["final_transcript"]
     assert t["first_clause_drafted"] <= t["first_clause_synthesised"] <= t["first_audio"]
     assert t["final_transcript"] <= t["reply_started"] <= t["first_audio"]
+
+
+def test_a_pause_inside_a_sentence_spoken_whole_waits_for_the_rest(
+        loop_models: LoopModels, tmp_path: Path) -> None:
+    """The pause opened between two words of one utterance (its pitch still mid-sentence):
+    the words so far could end a sentence, the voice says they do not."""
+    from assistant.replay.run import ReplayOptions, replay_sync
+    from assistant.replay.scenario import render_scenario
+    from assistant.replay.splice import insert_pause, word_gap_ms
+    from audio.wav import write_wav
+
+    head = "My sister and I were thinking about"
+    whole = render_scenario([Say(f"{head} visiting the museum this weekend.")],
+                            loop_models.synthesizer)
+    at = word_gap_ms(loop_models.transcriber, whole, head)
+    assert at is not None
+    cut = insert_pause(whole, at, 700)
+    wav = tmp_path / "cut.wav"
+    write_wav(wav, cut.pcm, cut.sample_rate)
+    runs = {}
+    for name, smart in (("audio", True), ("text", False)):
+        cfg = make_config(**{"vad.end_of_turn": "semantic", "vad.smart_turn": smart})
+        runs[name] = replay_sync(loop_models, cfg, wav, ReplayOptions()).result.entries
+    resume_ms = cut.said()[1].start_ms
+
+    def replies(name: str) -> list[log.ResponseStartedEntry]:
+        return [e for e in runs[name] if isinstance(e, log.ResponseStartedEntry)]
+
+    started = replies("audio")
+    assert len(started) == 1 and started[0].t_ms > resume_ms
+    assert "museum" in started[0].user_text.lower()
+    heard = [e for e in runs["audio"] if isinstance(e, log.AudioEndScoreEntry)]
+    assert heard and heard[0].p_complete is not None and heard[0].p_complete < 0.5
+    assert heard[0].silence_ms >= 1000
+    # The text score alone ends the turn inside the pause: a reply to half a sentence.
+    assert replies("text")[0].t_ms < resume_ms
+    assert not [e for e in runs["text"] if isinstance(e, log.AudioEndScoreEntry)]

@@ -165,6 +165,7 @@ class PipelineBackend:
                 presynthesize="audio" in settings.output_modalities,
                 first_clause_priority=rt.cfg.tts.first_clause_priority),
             on_entry=self._on_entry,
+            end_model=rt.models.end_model,
         )
 
     async def _ensure_ready(self) -> Pipeline:
