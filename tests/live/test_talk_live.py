@@ -28,6 +28,7 @@ from tests.live.support import (
 pytestmark = pytest.mark.slow
 
 TALK_MESSAGES = ("loading speech recognition", "loading voice", "loading language model",
+                 "loading end-of-turn model",
                  "listening -- speak; Ctrl-C to quit", "bye")
 LOAD_TIMEOUT_S = 240  # model loading on a busy 2-core machine
 
