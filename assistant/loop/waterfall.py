@@ -2,7 +2,8 @@
 the end of the user's speech.
 
 The stages, in the order a fast turn goes through them: the pause detected, the
-speculation started on its transcript, the end-of-turn score, the first clause drafted,
+speculation started on its transcript, the end-of-turn score (and the audio model's, at
+the same pause, when it is on: either may come first), the first clause drafted,
 that clause synthesised, the end of turn decided, the final transcript, the reply
 started, its first audio. A stage that did not happen for a turn (no speculation, a
 miss) is None. Pure: used by ``bench/bench_loop.py`` and the tests.
@@ -27,6 +28,7 @@ class Waterfall:
     pause_detected: int | None = None
     speculation_started: int | None = None
     end_of_turn_score: int | None = None
+    audio_end_score: int | None = None
     first_clause_drafted: int | None = None
     first_clause_synthesised: int | None = None
     endpoint_decided: int | None = None
@@ -54,6 +56,10 @@ def waterfalls(entries: Iterable[log.Entry]) -> list[Waterfall]:
         if isinstance(e, log.PauseEntry):
             if "endpoint_decided" not in stage:  # the last pause before the end of turn
                 stage["pause_detected"] = e.t_ms
+                stage.pop("audio_end_score", None)  # an earlier pause's
+        elif isinstance(e, log.AudioEndScoreEntry):
+            if "endpoint_decided" not in stage and "pause_detected" in stage:
+                stage.setdefault("audio_end_score", e.t_ms)
         elif isinstance(e, log.SpeculationStartedEntry):
             spec[e.spec_id] = {"speculation_started": e.t_ms}
         elif isinstance(e, log.EndOfTurnScoreEntry) and e.spec_id in spec:
