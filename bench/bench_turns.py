@@ -98,15 +98,8 @@ def voices(models: LoopModels, cfg: AppConfig) -> list[Voice]:
     return out
 
 
-def render(models: LoopModels, voice: Voice, parts: list[Say], path: Path) -> int:
-    """Write the scenario; returns where its second utterance starts (ms), or -1."""
-    scenario = speak(models, voice, parts)
-    write_wav(path, scenario.pcm, scenario.sample_rate)
-    said = scenario.said()
-    return said[1].start_ms if len(said) > 1 else -1
-
-
 def speak(models: LoopModels, voice: Voice, parts: list[Say]) -> Scenario:
+    """``parts`` in ``voice``, laid out as a scenario."""
     from audio.tts import Synthesizer, TTSOptions
 
     synth = models.synthesizer

@@ -202,13 +202,14 @@ class AsrWorker(Worker):
         """Ask the audio end-of-turn model about the utterance's audio so far (its
         speech and the pause's silence); posts :class:`AsrAudioScore`. Nothing without
         a model, or for a 16 kHz-only model at another rate."""
-        if self.end_model is None or self.sample_rate != 16000:
+        model = self.end_model
+        if model is None or self.sample_rate != 16000:
             return
 
         def command() -> None:
             utt = self._utts.get(utt_id)
-            if utt is not None and self.end_model is not None:
-                self.post(AsrAudioScore(utt_id, pause, self.end_model.p_complete(utt.samples())))
+            if utt is not None:
+                self.post(AsrAudioScore(utt_id, pause, model.p_complete(utt.samples())))
         self.submit(command)
 
     def interim(self, utt_id: int) -> None:
