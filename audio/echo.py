@@ -21,6 +21,7 @@ Everything here is synchronous and deterministic given its inputs.
 
 from __future__ import annotations
 
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -29,6 +30,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audio.chunk import AudioChunk
+from audio.echo_delay import EchoDelay, EchoDelayEstimator
 from audio.errors import AudioError, AudioValueError
 from audio.resample import StreamResampler
 
@@ -45,6 +47,20 @@ __all__ = [
 
 EchoMode = Literal["off", "gate", "aec"]
 _SILENT_DBFS = -120.0
+_log = logging.getLogger(__name__)
+
+ALIGNED_MS = (10.0, 300.0)
+"""``aec``: the echo's delay after the reference fed to AEC3 that needs no correction
+(AEC3 cancels from about 0 to 400 ms; an echo before its reference not at all)."""
+ALIGN_TO_MS = 60.0
+"""Where a measured delay outside :data:`ALIGNED_MS` is moved to."""
+SETTLE_WINDOWS = 10
+"""``aec``: windows of playback (150 ms apart) without an echo found that end the
+half-duplex start (see :attr:`EchoProcessor.settled`)."""
+UNSETTLED_AHEAD_MS = 150
+"""``aec``: until settled, how far past a mic frame the half-duplex gate looks."""
+LEAD_RANGE_MS = (-1000, 300)
+"""Where alignment may move the lead (negative: the reference is fed from behind the mic)."""
 
 
 def level_dbfs(pcm: npt.NDArray[np.floating[Any]]) -> float:
@@ -81,6 +97,9 @@ class EchoOptions:
     delay itself), so a lead keeps the delay positive when the heard time is late. The
     mic is held back while the reference that far ahead is not known yet (a virtual
     clock); a live sink hands audio over well before it is heard, so nothing waits."""
+    aec_align: bool = True
+    """``aec``: measure where the echo really is (:mod:`audio.echo_delay`) and, when
+    the reported times put it outside what AEC3 can cancel, move the reference."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("off", "gate", "aec"):
@@ -227,11 +246,12 @@ class EchoGate:
         self.frames_passed_over_echo = 0
         """Mic frames let through during playback because they beat the margin."""
 
-    def far_end_dbfs(self, start: int, n: int) -> float:
-        """Loudest far-end frame level over the window that can echo into ``[start, start+n)``."""
+    def far_end_dbfs(self, start: int, n: int, ahead: int = 0) -> float:
+        """Loudest far-end frame level over the window that can echo into ``[start, start+n)``
+        (and ``ahead`` samples after it)."""
         opts = self.options
         window = opts.sample_rate * opts.reference_window_ms // 1000
-        ref = self.reference.get(start - window, window + n)
+        ref = self.reference.get(start - window, window + n + ahead)
         f = opts.frame_samples
         usable = ref.size - ref.size % f
         if usable == 0:
@@ -239,21 +259,26 @@ class EchoGate:
         energies = np.mean(np.square(ref[:usable].reshape(-1, f), dtype=np.float64), axis=1)
         return max(_SILENT_DBFS, 10.0 * float(np.log10(float(energies.max()) + 1e-12)))
 
+    def blocks(self, frame: npt.NDArray[np.float32], start: int, ahead: int = 0) -> bool:
+        """Whether the mic ``frame`` at ``start`` is to be silenced (and count it)."""
+        far = self.far_end_dbfs(start, frame.size, ahead)
+        if far < self.options.active_floor_dbfs:
+            return False
+        if level_dbfs(frame) >= far + self.options.gate_margin_db:
+            self.frames_passed_over_echo += 1
+            return False
+        self.frames_gated += 1
+        return True
+
     def process(self, chunk: AudioChunk) -> AudioChunk:
         pcm = np.array(chunk.to_mono().to_float32().pcm, np.float32)
         f = self.options.frame_samples
         changed = False
         for lo in range(0, pcm.size, f):
             frame = pcm[lo : lo + f]
-            far = self.far_end_dbfs(chunk.start_sample + lo, frame.size)
-            if far < self.options.active_floor_dbfs:
-                continue
-            if level_dbfs(frame) >= far + self.options.gate_margin_db:
-                self.frames_passed_over_echo += 1
-                continue
-            frame[:] = 0.0
-            self.frames_gated += 1
-            changed = True
+            if self.blocks(frame, chunk.start_sample + lo):
+                frame[:] = 0.0
+                changed = True
         if not changed and chunk.channels == 1 and chunk.pcm.dtype == np.float32:
             return chunk
         return AudioChunk(pcm, chunk.sample_rate, chunk.start_sample)
@@ -325,6 +350,23 @@ class EchoProcessor:
             self._canceller = LiveKitAec(options.sample_rate)
         self._pending = np.zeros(0, np.float32)
         self._pending_start = 0
+        self._lead = options.sample_rate * options.aec_lead_ms // 1000
+        self._aligner = (EchoDelayEstimator(self.reference)
+                         if options.mode == "aec" and options.aec_align else None)
+        self.echo_delay: EchoDelay | None = None
+        """``aec``: the echo's lag after the reference as placed, last measured."""
+        self.realigned = 0
+        """``aec``: times the reference was moved to where the echo was measured."""
+        self.settled = self._aligner is None
+        """``aec``: the echo was found (and the reference aligned to it) or, after
+        :data:`SETTLE_WINDOWS` windows of playback, none was heard. Until then the
+        gate also applies (half duplex), so that a reply whose reference is misplaced
+        cannot interrupt itself in the time it takes to measure where its echo is."""
+
+    @property
+    def lead_ms(self) -> float:
+        """How far ahead of the mic the reference is fed to the canceller now."""
+        return self._lead * 1000.0 / self.options.sample_rate
 
     def push_reference(self, chunk: AudioChunk) -> None:
         """The sink tap: give this to a sink as ``tap=processor.push_reference``."""
@@ -344,13 +386,25 @@ class EchoProcessor:
     def _cancel(self, chunk: AudioChunk) -> AudioChunk:
         assert self._canceller is not None
         pcm = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
+        if self._aligner is not None:
+            found = self._aligner.push(pcm, chunk.start_sample)
+            if found is not None:
+                self._realign(found)
+            if not self.settled and (found is not None
+                                     or self._aligner.measured >= SETTLE_WINDOWS):
+                self.settled = True
+                heard = f"echo found at {found.lag_ms:+.0f} ms" if found else "no echo heard"
+                _log.debug("echo: %s during playback; full duplex from now", heard)
         if self._pending.size == 0 or self._pending_start + self._pending.size != chunk.start_sample:
             self._pending = pcm
             self._pending_start = chunk.start_sample
         else:
             self._pending = np.concatenate([self._pending, pcm])
         n = self.options.sample_rate // 100
-        lead = self.options.sample_rate * self.options.aec_lead_ms // 1000
+        lead = self._lead
+        # Until the echo is found, the gate also looks at what plays up to this far after
+        # a frame (an echo placed before its reference by wrong device times).
+        ahead = lead if self.settled else max(lead, self.options.sample_rate * UNSETTLED_AHEAD_MS // 1000)
         mic_end = self._pending_start + self._pending.size
         known = self.reference.end_sample
         usable = 0
@@ -359,15 +413,33 @@ class EchoProcessor:
             # The reference for this frame is final once it is stored that far, once the
             # mic itself is that far (a sink reports audio by the time it is heard), or
             # when the far end went quiet before the frame.
-            if lead and not (known >= t + lead + n or mic_end >= t + lead + n or known <= t):
+            if ahead > 0 and not (known >= t + ahead + n or mic_end >= t + ahead + n or known <= t):
                 break
             usable += n
         out = np.zeros(usable, np.float32)
         for lo in range(0, usable, n):
-            ref = _to_i16(self.reference.get(self._pending_start + lo + lead, n))
-            clean = self._canceller.process(_to_i16(self._pending[lo : lo + n]), ref)
+            t = self._pending_start + lo
+            raw = self._pending[lo : lo + n]
+            clean = self._canceller.process(_to_i16(raw), _to_i16(self.reference.get(t + lead, n)))
             out[lo : lo + n] = clean.astype(np.float32) / np.float32(32768.0)
+            if not self.settled and self.gate.blocks(raw, t, ahead=max(0, ahead)):
+                out[lo : lo + n] = 0.0
         start = self._pending_start
         self._pending = self._pending[usable:]
         self._pending_start += usable
         return AudioChunk(out, chunk.sample_rate, start)
+
+    def _realign(self, found: EchoDelay) -> None:
+        """Feed the reference so that the measured echo comes ``ALIGN_TO_MS`` after it,
+        if it is outside :data:`ALIGNED_MS` now."""
+        self.echo_delay = found
+        rate = self.options.sample_rate
+        if ALIGNED_MS[0] <= found.lag_ms + self.lead_ms <= ALIGNED_MS[1]:
+            return
+        was = self.lead_ms
+        lead_ms = min(float(LEAD_RANGE_MS[1]), max(float(LEAD_RANGE_MS[0]), ALIGN_TO_MS - found.lag_ms))
+        self._lead = int(round(rate * lead_ms / 1000))
+        self.realigned += 1
+        _log.info("echo: the mic hears the speaker %+.0f ms from its reported time (strength "
+                  "%.2f); the canceller's reference now leads by %.0f ms (was %.0f)",
+                  found.lag_ms, found.strength, self.lead_ms, was)

@@ -263,7 +263,7 @@ class _RecordingCanceller:
 
 def test_aec_lead_takes_the_reference_ahead_and_waits_only_while_it_is_unknown() -> None:
     canceller = _RecordingCanceller()
-    opts = EchoOptions(mode="aec", aec_lead_ms=20)
+    opts = EchoOptions(mode="aec", aec_lead_ms=20, aec_align=False)
     processor = EchoProcessor(opts, canceller=canceller)
     mic = np.linspace(-0.5, 0.5, 3200, dtype=np.float32)
     # Nothing plays: every frame goes through at once.
@@ -313,7 +313,8 @@ def test_aec_cancels_although_the_sinks_stamps_come_late(voices: Voices) -> None
 def test_aec_lead_cancels_an_echo_that_comes_before_its_reported_time(voices: Voices) -> None:
     # The mic hears the reply 15 ms before the sink says it was heard (latencies
     # reported too long): AEC3 cannot cancel an echo that precedes its reference.
-    no_lead = simulate(voices, "aec", delay_ms=-15, options=EchoOptions(mode="aec"))
+    no_lead = simulate(voices, "aec", delay_ms=-15,
+                       options=EchoOptions(mode="aec", aec_align=False))
     assert started(no_lead)
     run = simulate(voices, "aec", delay_ms=-15, options=EchoOptions(mode="aec", **LIVE))
     assert started(run) == []
@@ -338,3 +339,56 @@ def test_bad_live_options_are_rejected() -> None:
         EchoOptions(mode="aec", aec_lead_ms=-5)
     with pytest.raises(AudioValueError):
         EchoOptions(mode="aec", reference_jitter_ms=-1)
+
+
+
+# -- Where the echo really is: measured, and the reference moved there -----------------
+
+
+def _reduction_db(run: Run, start_s: float, end_s: float) -> float:
+    span = slice(PLAY_AT + int(start_s * RATE), PLAY_AT + int(end_s * RATE))
+    return level_dbfs(run.mic_in[span]) - level_dbfs(run.mic_out[span])
+
+
+@pytest.mark.skipif(importlib.util.find_spec("livekit") is None, reason="livekit is not installed")
+@pytest.mark.parametrize("delay_ms", [-100, 30, 250])
+def test_the_echo_is_found_where_the_mic_hears_it(voices: Voices, delay_ms: int) -> None:
+    run = simulate(voices, "aec", delay_ms=delay_ms, stamp_jitter_ms=3,
+                   options=EchoOptions(mode="aec", **LIVE))  # type: ignore[arg-type]
+    found = run.processor.echo_delay
+    assert found is not None and abs(found.lag_ms - delay_ms) <= 3.0, found
+    assert run.processor.settled
+
+
+@pytest.mark.skipif(importlib.util.find_spec("livekit") is None, reason="livekit is not installed")
+@pytest.mark.parametrize(("delay_ms", "lead_ms"), [(-60, 122), (400, -338)])
+def test_aec_moves_a_misplaced_reference_to_its_echo(
+        voices: Voices, delay_ms: int, lead_ms: int) -> None:
+    # The devices' reported times put the echo 60 ms before the sink's report (AEC3
+    # cannot cancel it at all), or 400 ms after (a Bluetooth speaker's unreported
+    # latency: at the end of AEC3's range). The echo is as loud as the reply.
+    def run(align: bool) -> Run:
+        return simulate(voices, "aec", echo_gain_db=0.0, delay_ms=delay_ms, stamp_jitter_ms=3,
+                        options=EchoOptions(mode="aec", aec_align=align, **LIVE))  # type: ignore[arg-type]
+
+    placed = run(False)
+    assert started(placed) and _reduction_db(placed, 0.0, 1.0) < 10.0, "else this proves nothing"
+    aligned = run(True)
+    assert started(aligned) == []
+    assert aligned.processor.realigned == 1
+    assert abs(aligned.processor.lead_ms - lead_ms) <= 3.0
+    assert _reduction_db(aligned, 0.5, 3.5) > 25.0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("livekit") is None, reason="livekit is not installed")
+def test_aec_without_an_echo_settles_and_hears_a_quiet_user(voices: Voices) -> None:
+    # Headphones: no echo to find. The half-duplex start ends after SETTLE_WINDOWS of
+    # playback; then a user far quieter than the reply (the gate would drop them) is heard.
+    user_at = PLAY_AT + 2 * RATE
+    run = simulate(voices, "aec", echo_gain_db=-200.0, user_at=user_at, user_peak_dbfs=-30.0,
+                   options=EchoOptions(mode="aec", **LIVE))  # type: ignore[arg-type]
+    assert run.processor.echo_delay is None and run.processor.settled
+    s = started(run)
+    assert len(s) == 1 and user_at - 1600 <= s[0].start_sample <= user_at + 3200
+    gated = simulate(voices, "gate", echo_gain_db=-200.0, user_at=user_at, user_peak_dbfs=-30.0)
+    assert started(gated) == [], "else this proves nothing"
