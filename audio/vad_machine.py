@@ -218,6 +218,14 @@ class VadStateMachine:
         self._onset_sent = False
         self._cand: _Candidate | None = None
         self._pause_limit = self._end_of_turn
+        self._held = 0
+
+    def hold(self, samples: int, cap: int) -> None:
+        """Do not count ``samples`` of the pause in progress towards ending the turn, up
+        to ``cap`` in all for this pause: silence that was made, not heard (the echo
+        gate muted the mic, and the user may be talking under the reply's echo)."""
+        if self._in_turn:
+            self._held = min(cap, self._held + samples)
 
     def set_pause_limit(self, ms: int) -> None:
         """End the turn after ``ms`` of silence in the pause in progress (takes effect at
@@ -253,6 +261,7 @@ class VadStateMachine:
                 events.append(SpeechResumed(confirmed.start_sample, frame_end, rate))
             self._pause_sent = self._onset_sent = False
             self._pause_limit = self._end_of_turn
+            self._held = 0
             self._last_speech_end = frame_end
             return events
         if not self._in_turn:
@@ -266,7 +275,7 @@ class VadStateMachine:
         if pause_end - self._last_speech_end >= self._short_pause and not self._pause_sent:
             self._pause_sent = True
             events.append(ShortPause(self._last_speech_end, frame_end, rate))
-        if frame_end - self._last_speech_end >= self._pause_limit and self._cand is None:
+        if frame_end - self._last_speech_end >= self._pause_limit + self._held and self._cand is None:
             events.append(
                 SpeechStopped(self._turn_start, frame_end, rate, end_sample=self._last_speech_end)
             )

@@ -87,7 +87,8 @@ class Listener:
     """See the module docstring."""
 
     def __init__(self, vad_options: vad_mod.VadOptions, echo: EchoProcessor | None = None,
-                 classifier: vad_mod.FrameClassifier | None = None) -> None:
+                 classifier: vad_mod.FrameClassifier | None = None,
+                 hold_muted_pauses: bool = True) -> None:
         self.options = vad_options
         inner = classifier if classifier is not None else vad_mod.make_classifier(vad_options)
         self._classifier = _RecordingClassifier(inner)
@@ -104,6 +105,10 @@ class Listener:
         self._raw_utterance = echo is not None and echo.options.mode == "gate"
         self._raw_pending = np.zeros(0, np.float32)
         self._raw_frames: deque[tuple[int, npt.NDArray[np.float32]]] = deque(maxlen=200)
+        # At most the gate's window (its echo tail after playback stops) and 300 ms more
+        # (the buffers a barge-in takes to stop playback).
+        self._hold_cap = (0 if echo is None or not hold_muted_pauses else
+                          echo.options.sample_rate * (echo.options.reference_window_ms + 300) // 1000)
         self.frames = 0
         self.pause_start_sample = 0
         """Where the latest short pause began (the end of the speech before it)."""
@@ -138,6 +143,12 @@ class Listener:
             if self._raw_utterance and self._raw_pending.size >= n:
                 heard, self._raw_pending = self._raw_pending[:n], self._raw_pending[n:]
                 self._raw_frames.append((start, heard))
+                # Muted by the gate, not quiet: a pause of the user's made of such frames
+                # may be them talking under the echo (the tail after a barge-in stops
+                # the reply), so it ends the turn only that much later (bounded).
+                muted = int(np.count_nonzero((frame == 0.0) & (heard != 0.0)))
+                if muted and self._hold_cap:
+                    self.vad.machine.hold(muted, self._hold_cap)
             out.extend(self._frame_step(frame, start, heard))
         return out
 

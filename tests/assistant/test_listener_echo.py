@@ -8,7 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from assistant.speech.listener import Listener, UtteranceAudio, UtteranceOpened
+from assistant.speech.listener import (
+    EndOfTurn,
+    Listener,
+    ShortPause,
+    UtteranceAudio,
+    UtteranceOpened,
+)
 from audio import vad as vad_mod
 from audio.chunk import AudioChunk
 from audio.echo import EchoOptions, EchoProcessor
@@ -72,3 +78,53 @@ def test_barge_in_onset_reaches_asr_ungated(user_speech: np.ndarray) -> None:
     echo.push_reference(AudioChunk(far_end, RATE, 0))
     gated = echo.process(AudioChunk(mic, RATE, 0)).pcm
     assert np.abs(np.asarray(gated)[at: at + onset // 2]).max() == 0.0
+
+
+@pytest.fixture(scope="module")
+def stop_then_please(piper_voice_paths: tuple[Path, Path]) -> tuple[np.ndarray, np.ndarray]:
+    from piper import PiperVoice
+
+    voice = PiperVoice.load(piper_voice_paths[0], config_path=piper_voice_paths[1])
+
+    def say(text: str) -> np.ndarray:
+        pcm = np.concatenate([c.audio_float_array for c in voice.synthesize(text)])
+        pcm = np.asarray(resample(pcm, voice.config.sample_rate, RATE), np.float32)
+        nz = np.flatnonzero(np.abs(pcm) > 1e-3)
+        return 0.5 * pcm[nz[0]: nz[-1] + 1] / np.max(np.abs(pcm))
+
+    return say("Stop."), say("Please do.")
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_a_pause_the_gate_made_does_not_end_the_turn(
+        stop_then_please: tuple[np.ndarray, np.ndarray], hold: bool) -> None:
+    # "Stop." barges in over a reply that stops 100 ms after it; the reply's echo keeps
+    # the gate shut for its window (200 ms) after that, over a 150 ms breath and the
+    # soft start of "please do". The turn manager asks for a 260 ms endpoint at the pause
+    # ("Stop." reads complete). Muted, the breath and what follows read as a long pause:
+    # without the hold the turn ends there, and "please do" becomes a turn of its own.
+    stop, please = stop_then_please
+    at, gap = RATE, RATE * 150 // 1000
+    mic = np.zeros(at + stop.size + gap + please.size + RATE, np.float32)
+    mic[at: at + stop.size] = stop
+    second = at + stop.size + gap
+    mic[second: second + please.size] = 0.2 * please  # softer than the far end
+    rng = np.random.default_rng(1)
+    far_end = (0.02 * rng.standard_normal(at + stop.size + RATE // 10)).astype(np.float32)
+    mic[: far_end.size] += 0.02 * far_end  # its echo
+    echo = EchoProcessor(EchoOptions(mode="gate"))
+    echo.push_reference(AudioChunk(far_end, RATE, 0))
+    listener = Listener(vad_mod.VadOptions(), echo, hold_muted_pauses=hold)
+    ends: list[EndOfTurn] = []
+    step = RATE // 50
+    for lo in range(0, mic.size, step):
+        for out in listener.process(AudioChunk(mic[lo: lo + step], RATE, lo)):
+            if isinstance(out, ShortPause):
+                listener.set_pause_limit(260)
+            elif isinstance(out, EndOfTurn):
+                ends.append(out)
+    assert echo.gate.frames_gated > 20, "else this proves nothing"
+    if hold:
+        assert len(ends) == 1 and ends[0].speech_end_ms * RATE // 1000 > second
+    else:
+        assert len(ends) == 2 and ends[0].speech_end_ms * RATE // 1000 < second

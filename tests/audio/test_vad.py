@@ -307,3 +307,19 @@ def test_a_pause_limit_ends_this_pause_early_and_resets_when_speech_resumes() ->
     # Without a limit the 1600 ms default holds: the stream ends first.
     plain = run_machine("V" * 20 + "." * 12 + "V" * 10 + "." * 30, options)
     assert kinds(plain)[-1] == "SpeechStopped" and plain[-1].detected_sample == 72 * F
+
+
+def test_held_silence_ends_the_pause_that_much_later_up_to_the_cap() -> None:
+    def stopped_at(held_frames: int, cap_frames: int) -> int:
+        machine = VadStateMachine(VadOptions(end_of_turn_ms=400))
+        for i in range(60):
+            if 20 <= i < 20 + held_frames:  # the first frames of the pause were muted
+                machine.hold(F, cap_frames * F)
+            for e in machine.step(i * F, i < 20, i < 20):
+                if isinstance(e, SpeechStopped):
+                    return e.detected_sample // F
+        raise AssertionError("the turn did not end")
+
+    assert stopped_at(0, 10) == 40  # 400 ms of silence after frame 20
+    assert stopped_at(5, 10) == 45  # 100 ms of it held
+    assert stopped_at(15, 10) == 50  # held at most 200 ms
