@@ -103,10 +103,11 @@ def test_submitting_never_waits_for_an_engine_step_in_progress() -> None:
     box = Inbox()
     try:
         client = DialogueClient(host, build, box)
-        client.start_turn(1, "tell me a story", None)
-        box.wait_for(lambda i: isinstance(i, TurnStart))
+        # The turn's first step blocks inside the engine thread (held from before the
+        # turn starts: a short scripted reply could otherwise finish before the hold).
         backend.in_step.clear()
-        backend.hold.clear()  # the next step blocks inside the engine thread
+        backend.hold.clear()
+        client.start_turn(1, "tell me a story", None)
         assert backend.in_step.wait(TIMEOUT)
         # The host is inside a step: these only queue and return (the test would hang
         # here if submit took a lock the step holds).
