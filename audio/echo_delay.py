@@ -64,7 +64,7 @@ class EchoDelayEstimator:
         window_ms: int = 300,
         hop_ms: int = 150,
         min_lag_ms: int = -250,
-        max_lag_ms: int = 500,
+        max_lag_ms: int = 800,
         min_strength: float = 0.15,
         sure_strength: float = 0.35,
         active_floor_dbfs: float = -60.0,

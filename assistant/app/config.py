@@ -128,6 +128,10 @@ class EchoConfig(_Section):
     reference_jitter_ms: int = Field(40, ge=0)
     """Live audio: how late the speaker's reported times may come and still be taken
     for continuous playback."""
+    aec_align: bool = True
+    """``aec``: measure where the echo really is in the mic and move the speaker's audio
+    there when the reported times put it where AEC3 cannot cancel it (half duplex until
+    it is found)."""
 
     @field_validator("mode", mode="before")
     @classmethod

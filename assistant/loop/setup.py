@@ -194,7 +194,7 @@ def echo_options(cfg: AppConfig) -> EchoOptions:
     from audio.echo import EchoOptions
 
     return EchoOptions(mode=cfg.echo.mode, gate_margin_db=cfg.echo.gate_margin_db,
-                       sample_rate=cfg.audio.sample_rate)
+                       sample_rate=cfg.audio.sample_rate, aec_align=cfg.echo.aec_align)
 
 
 @dataclass
