@@ -59,6 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from assistant.app.config import default_config_path, load_config
     from assistant.app.errors import UserError
+    from assistant.app.heap import freeze_loaded
     from assistant.app.report import format_conversation, format_metrics
     from assistant.loop.setup import load_models
     from assistant.replay.run import ReplayOptions, replay_sync, write_outputs
@@ -72,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cfg = load_config(args.config or default_config_path(), env={})
         models = load_models(cfg, progress=say, deterministic_tts=not args.realtime)
+        freeze_loaded()
         if args.rebuild or not args.input.is_file():
             say(f"building the demo recording at {args.input}")
             build_demo_wav(models.synthesizer, args.input)

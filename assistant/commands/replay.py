@@ -44,6 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from assistant.app.heap import freeze_loaded
     from assistant.app.report import format_conversation, format_metrics
     from assistant.loop.setup import load_models
     from assistant.replay.run import ReplayOptions, replay_sync, write_outputs
@@ -62,6 +63,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
             print(msg, file=sys.stderr)
 
     models = load_models(cfg, progress=say, deterministic_tts=not args.realtime)
+    freeze_loaded()
     say(f"replaying {wav} ({'real time' if args.realtime else 'virtual time'})")
     try:
         outcome = replay_sync(models, cfg, wav, ReplayOptions(

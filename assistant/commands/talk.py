@@ -127,6 +127,7 @@ def stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Cal
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
+    from assistant.app.heap import freeze_loaded
     from assistant.loop.pipeline import PipelineOptions
     from assistant.loop.setup import build_pipeline, load_models, open_live_audio
     from assistant.replay.run import threaded_frames
@@ -136,6 +137,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     resolve_device(cfg.audio.input_device, "input")
     resolve_device(cfg.audio.output_device, "output")
     models = load_models(cfg, progress=lambda m: print(m, file=sys.stderr))
+    freeze_loaded()  # no 200 ms full garbage collections over the models mid-conversation
     view = TerminalView()
 
     async def main() -> None:

@@ -155,9 +155,12 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
 
 def build_runtime(cfg: AppConfig, progress: Callable[[str], None] | None = None) -> ServeRuntime:
     """Load every model named by ``cfg`` (seconds) and wrap them for serving."""
+    from assistant.app.heap import freeze_loaded
     from assistant.loop.setup import load_models
 
-    return runtime_from_models(cfg, load_models(cfg, progress=progress))
+    runtime = runtime_from_models(cfg, load_models(cfg, progress=progress))
+    freeze_loaded()  # full garbage collections walked the models: 200+ ms event-loop stalls
+    return runtime
 
 
 def _replica_gauges(backend: Any) -> dict[str, int | Mapping[str, int]]:

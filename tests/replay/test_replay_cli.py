@@ -21,13 +21,21 @@ def test_replay_command_writes_heard_events_and_transcript(
         capsys: pytest.CaptureFixture[str]) -> None:
     # Reuse the session's models instead of loading them again.
     monkeypatch.setattr("assistant.loop.setup.load_models", lambda *a, **k: loop_models)
+    # The command freezes the heap after loading (not this test process's: see heap.py).
+    froze: list[bool] = []
+
+    def freeze() -> int:
+        froze.append(True)
+        return 0
+
+    monkeypatch.setattr("assistant.app.heap.freeze_loaded", freeze)
     scenario = render_scenario([Say("Name a big animal.")], loop_models.synthesizer)
     wav = tmp_path / "in.wav"
     write_wav(wav, scenario.pcm, scenario.sample_rate)
     heard, events, transcript = tmp_path / "heard.wav", tmp_path / "e.jsonl", tmp_path / "c.json"
     rc = main(["--set", "llm.max_new_tokens=24", "replay", str(wav), "--out", str(heard),
                "--events", str(events), "--transcript", str(transcript)])
-    assert rc == 0
+    assert rc == 0 and froze == [True]
     out = capsys.readouterr().out
     assert "you:" in out and "assistant:" in out and "voice-to-voice" in out
     pcm, rate = read_wav(heard)
