@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import gc
 import json
 import random
 import resource
@@ -71,6 +72,23 @@ class Stats:
     max_pages_used: int = 0
     loop_lag_s: list[float] = field(default_factory=list)
     """Scheduling lag of a 10 ms timer on the event loop, sampled through the run."""
+
+
+class FullCollections:
+    """A ``gc.callbacks`` entry: how long each full (generation 2) collection took."""
+
+    def __init__(self) -> None:
+        self.pauses_s: list[float] = []
+        self._start: float | None = None
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._start = time.perf_counter()
+        elif self._start is not None:
+            self.pauses_s.append(time.perf_counter() - self._start)
+            self._start = None
 
 
 async def loop_lag(samples: list[float], period_s: float = 0.01) -> None:
@@ -247,7 +265,10 @@ async def main_async(args: argparse.Namespace) -> int:
         overrides[key] = yaml.safe_load(value)
     cfg = load_config(args.config or default_config_path(), env={}, overrides=overrides)
     print("loading models ...", file=sys.stderr)
-    runtime = build_runtime(cfg)
+    # Frozen heap after loading (assistant/app/heap.py), or as before it.
+    runtime = build_runtime(cfg, freeze_heap=args.gc_freeze)
+    full_gcs = FullCollections()
+    gc.callbacks.append(full_gcs)
     voices = [speech(runtime, q) for q in QUESTIONS]
     limits = ServerLimits(max_sessions=cfg.server.max_sessions)
     server = RealtimeServer(ServerOptions(host="127.0.0.1", port=0, limits=limits),
@@ -287,6 +308,9 @@ async def main_async(args: argparse.Namespace) -> int:
                               args.churn_turns)
     finally:
         await server.shutdown()
+        gc.callbacks.remove(full_gcs)
+    print(f"full garbage collections during the run ({'frozen' if args.gc_freeze else 'unfrozen'} "
+          f"heap): {len(full_gcs.pauses_s)}, longest {_ms(max(full_gcs.pauses_s, default=None))}")
     runtime.check_engine()
     final = runtime.engine_stats()
     print(format_table(["t (s)", "RSS (MiB)", "pages used", "sessions", "largest context",
@@ -328,6 +352,9 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=40, help="llm.max_new_tokens (default 40)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="config override for this run, e.g. asr.window_s=0 (repeatable)")
+    p.add_argument("--no-gc-freeze", dest="gc_freeze", action="store_false",
+                   help="do not freeze the heap after loading: the models stay in every "
+                        "full garbage collection (as before assistant/app/heap.py)")
     p.add_argument("--phase-limit", type=float, default=240.0,
                    help="give up on a concurrency level after this many seconds")
     args = p.parse_args()

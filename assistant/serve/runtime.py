@@ -153,13 +153,16 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
     )
 
 
-def build_runtime(cfg: AppConfig, progress: Callable[[str], None] | None = None) -> ServeRuntime:
-    """Load every model named by ``cfg`` (seconds) and wrap them for serving."""
+def build_runtime(cfg: AppConfig, progress: Callable[[str], None] | None = None,
+                  freeze_heap: bool = True) -> ServeRuntime:
+    """Load every model named by ``cfg`` (seconds) and wrap them for serving; then
+    freeze the heap (:func:`assistant.app.heap.freeze_loaded`) unless told not to."""
     from assistant.app.heap import freeze_loaded
     from assistant.loop.setup import load_models
 
     runtime = runtime_from_models(cfg, load_models(cfg, progress=progress))
-    freeze_loaded()  # full garbage collections walked the models: 200+ ms event-loop stalls
+    if freeze_heap:
+        freeze_loaded()  # full garbage collections walked the models: 200+ ms event-loop stalls
     return runtime
 
 
