@@ -23,6 +23,8 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
+from audio.vad import frame_energy_dbfs
+
 __all__ = ["EchoDelay", "EchoDelayEstimator"]
 
 
@@ -41,10 +43,6 @@ class Reference(Protocol):
     sample_rate: int
 
     def get(self, start: int, n: int) -> npt.NDArray[np.float32]: ...
-
-
-def _dbfs(pcm: npt.NDArray[np.float32]) -> float:
-    return 10.0 * float(np.log10(float(np.mean(np.square(pcm, dtype=np.float64))) + 1e-12))
 
 
 class EchoDelayEstimator:
@@ -107,10 +105,10 @@ class EchoDelayEstimator:
         # reference(t - lag) for t in the window, lag from max_lag down to min_lag
         ref = self.reference.get(end - self._window - self._max_lag,
                                  self._window + self._max_lag - self._min_lag)
-        if _dbfs(ref[: self._window + self._max_lag]) < self.active_floor_dbfs:
+        if frame_energy_dbfs(ref[: self._window + self._max_lag]) < self.active_floor_dbfs:
             return None  # nothing played that could echo in this window
         self.measured += 1
-        if _dbfs(self._mic) < self.active_floor_dbfs:
+        if frame_energy_dbfs(self._mic) < self.active_floor_dbfs:
             self._previous = None
             return None
         mic_f = np.fft.rfft(self._mic, self._fft)
