@@ -219,19 +219,22 @@ def burst_row(label: str, tr: Transcriber, guard: WindowGuard | None,
             f"{cuts}/{n_real}"]
 
 
-def burst_bench(cfg: AppConfig, threads: int) -> None:
+def burst_bench(cfg: AppConfig, threads: int, interim_windows: list[float]) -> None:
     data = bursts(cfg)
     model_dir = resolve_asr(cfg)
     window = cfg.asr.window_s or 10.0
     stock = Transcriber(model_dir, ASROptions(window_s=0.0, cpu_threads=threads))
     cut = Transcriber(model_dir, ASROptions(window_s=window, cpu_threads=threads))
-    for tr in (stock, cut):
+    interim = {w: cut if w == window else Transcriber(model_dir, ASROptions(window_s=w, cpu_threads=threads))
+               for w in interim_windows}
+    for tr in (stock, cut, *interim.values()):
         tr.transcribe(data[0].pcm)  # warm up
     print(f"{len(data)} bursts (cut {', '.join(map(str, BURST_CUTS_MS))} ms after they begin); "
           "tiny.en int8", flush=True)
     rows = [burst_row("30 s (stock)", stock, None, data),
             burst_row(f"{window:g} s, full guard", cut, None, data),
-            burst_row(f"{window:g} s, loops-only guard (interims)", cut, LOOPS_ONLY, data)]
+            *[burst_row(f"{w:g} s, loops-only guard (interims)", tr, LOOPS_ONLY, data)
+              for w, tr in interim.items()]]
     print(format_table(["window", "decode p50 ms", "p90 ms", "fallbacks",
                         "backchannels that would cut", "real interruptions cut here"], rows))
 
@@ -246,10 +249,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="decodes per clip (the fastest counts)")
     parser.add_argument("--bursts", action="store_true",
                         help="interim transcripts of short bursts over a paused reply instead")
+    parser.add_argument("--interim-windows", help="--bursts: encoder windows (s) of the "
+                        "interims' rows, comma-separated (default: the config's asr.window_s)")
     args = parser.parse_args()
     cfg = load_config(default_config_path())
     if args.bursts:
-        burst_bench(cfg, int(args.threads.split(",")[0]))
+        windows = [float(w) for w in (args.interim_windows or str(cfg.asr.window_s or 10.0)).split(",")]
+        burst_bench(cfg, int(args.threads.split(",")[0]), windows)
         return
     model_dir = resolve_asr(cfg)
     rows = []

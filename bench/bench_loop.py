@@ -18,8 +18,9 @@ Not a test: prints a table. Measures, on the wall clock, with the real models:
 With ``--interruptions``: sounds over a reply instead, replayed for ``turns.interruption``
 ``tentative`` and the ``immediate`` baseline (virtual clock unless ``--realtime``):
 backchannels and coughs/clicks (a stop is a false stop; target <= 5%), real
-interruptions (stopped within one buffer, committed how long after the speech began),
-the gap heard on a resume, and engine sequence == history after every case.
+interruptions (stopped within one buffer, committed how long after the speech began and
+whether before it ended, the answer's voice-to-voice), the gap heard on a resume, and
+engine sequence == history after every case.
 
     .venv/bin/python bench/bench_loop.py [--questions N] [--keep DIR] [--weights bf16]
         [--pause-onset-ms 0] [--compare tts.first_clause_priority=false]
@@ -149,6 +150,11 @@ class CaseResult:
     """From the start of the sound to the cut being final."""
     held_ms: int | None = None
     """From the reply's pause to the cut being final (0: cut at once, as ``immediate``)."""
+    before_end: bool | None = None
+    """The cut was final before the interrupting speech ended (real interruptions)."""
+    reply_ms: int | None = None
+    """Voice-to-voice of the answer to the interruption: from the end of its speech to the
+    new reply's first audio (real interruptions)."""
     gap_ms: int | None = None
     consistent: bool = True
     heard: str = ""
@@ -183,6 +189,10 @@ def run_case(models: LoopModels, cfg: AppConfig, case: Case, tmp: Path,
         final = committed[0].t_ms if committed else barge[0].t_ms
         out.commit_ms = final - start
         out.held_ms = committed[0].after_ms if committed else 0
+        out.before_end = final <= scenario.placed[1].end_ms
+    answers = [e for e in entries if isinstance(e, log.AudioStartedEntry) and e.t_ms > start]
+    if case.kind == "real" and answers:
+        out.reply_ms = answers[0].t_ms - answers[0].speech_end_ms
     if resumed:
         out.gap_ms = resumed[0].gap_ms
     m = outcome.result.metrics
@@ -217,6 +227,7 @@ def interruption_bench(models: LoopModels, realtime: bool,
         commits = tuple(r.commit_ms for r in real if r.commit_ms is not None)
         held = tuple(r.held_ms for r in real if r.held_ms is not None)
         gaps = tuple(r.gap_ms for r in false if r.gap_ms is not None)
+        replies = tuple(r.reply_ms for r in real if r.reply_ms is not None)
         rows.append([mode,
                      f"{sum(r.stopped for r in false)}/{len(false)}",
                      f"{sum(r.paused for r in false)}/{len(false)}",
@@ -224,13 +235,16 @@ def interruption_bench(models: LoopModels, realtime: bool,
                      f"{ms(stops, 50)} / {ms(stops, 95)}",
                      f"{ms(commits, 50)} / {ms(commits, 95)}",
                      f"{ms(held, 50)} / {ms(held, 95)}",
+                     f"{sum(bool(r.before_end) for r in real)}/{len(real)}",
+                     f"{ms(replies, 50)} / {ms(replies, 95)}",
                      f"{ms(gaps, 50)} / {ms(gaps, 95)}",
                      f"{sum(r.consistent for _, r in res)}/{len(res)}"])
     print(f"interruptions over a reply ({clock})")
     print(format_table(["mode", "false stops (backchannel, noise)", "paused", "real stopped",
                         "stop after detection p50/p95 ms", "cut final after speech start p50/p95",
                         "cut final after the pause p50/p95",
-                        "resume gap p50/p95", "sequence == history"], rows))
+                        "cut final before the speech ended",
+                        "its answer: voice-to-voice p50/p95", "resume gap p50/p95", "sequence == history"], rows))
     print()
     print(format_table(["case (STOP: cut final this long after the sound began)", *results,
                         "heard (tentative)"], [
