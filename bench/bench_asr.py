@@ -178,8 +178,9 @@ class Burst:
     pcm: npt.NDArray[np.float32]
 
 
-def bursts(cfg: AppConfig) -> list[Burst]:
-    """Each burst as the interim decode sees it: 300 ms of room noise before it."""
+def bursts(cfg: AppConfig, cuts_ms: tuple[int, ...] = BURST_CUTS_MS) -> list[Burst]:
+    """Each burst as the interim decode sees it, ``cuts_ms`` after it begins: 300 ms of
+    room noise before it."""
     onnx, config_json = resolve_voice(cfg)
     synth = Synthesizer(onnx, config_json, TTSOptions(noise_scale=0.0, noise_w_scale=0.0))
     voices: list[Literal["piper", "espeak"]] = ["piper"]
@@ -192,7 +193,7 @@ def bursts(cfg: AppConfig) -> list[Burst]:
                 scenario = render_scenario([Say(text, voice=voice)], synth, lead_ms=300, tail_ms=0,
                                            noise_floor_dbfs=floor)
                 start = scenario.placed[0].start_ms * RATE // 1000
-                for cut in BURST_CUTS_MS:
+                for cut in cuts_ms:
                     pcm = scenario.pcm[max(0, start - RATE * 3 // 10): start + cut * RATE // 1000]
                     out.append(Burst(text, text in REAL_BURSTS, cut, pcm))
     return out
@@ -204,6 +205,7 @@ def burst_row(label: str, tr: Transcriber, guard: WindowGuard | None,
     tr.fallbacks = 0
     times: list[float] = []
     false_cuts = cuts = 0
+    per_cut: dict[int, int] = {}
     for b in data:
         t0 = time.perf_counter()
         heard = tr.transcribe(b.pcm, word_timestamps=True, guard=guard)
@@ -213,14 +215,18 @@ def burst_row(label: str, tr: Transcriber, guard: WindowGuard | None,
         commit = decide(facts, options) is Decision.COMMIT
         false_cuts += commit and not b.real
         cuts += commit and b.real
+        per_cut[b.cut_ms] = per_cut.get(b.cut_ms, 0) + (commit and b.real)
     n_real = sum(b.real for b in data)
+    n_cuts = len(per_cut)
     return [label, f"{1000 * np.median(times):.0f}", f"{1000 * np.percentile(times, 90):.0f}",
             f"{tr.fallbacks}/{len(data)}", f"{false_cuts}/{len(data) - n_real}",
-            f"{cuts}/{n_real}"]
+            f"{cuts}/{n_real}",
+            ", ".join(f"{c} ms: {n}/{n_real // n_cuts}" for c, n in sorted(per_cut.items()))]
 
 
-def burst_bench(cfg: AppConfig, threads: int, interim_windows: list[float]) -> None:
-    data = bursts(cfg)
+def burst_bench(cfg: AppConfig, threads: int, interim_windows: list[float],
+                cuts_ms: tuple[int, ...]) -> None:
+    data = bursts(cfg, cuts_ms)
     model_dir = resolve_asr(cfg)
     window = cfg.asr.window_s or 10.0
     stock = Transcriber(model_dir, ASROptions(window_s=0.0, cpu_threads=threads))
@@ -229,14 +235,15 @@ def burst_bench(cfg: AppConfig, threads: int, interim_windows: list[float]) -> N
                for w in interim_windows}
     for tr in (stock, cut, *interim.values()):
         tr.transcribe(data[0].pcm)  # warm up
-    print(f"{len(data)} bursts (cut {', '.join(map(str, BURST_CUTS_MS))} ms after they begin); "
+    print(f"{len(data)} bursts (cut {', '.join(map(str, cuts_ms))} ms after they begin); "
           "tiny.en int8", flush=True)
     rows = [burst_row("30 s (stock)", stock, None, data),
             burst_row(f"{window:g} s, full guard", cut, None, data),
             *[burst_row(f"{w:g} s, loops-only guard (interims)", tr, LOOPS_ONLY, data)
               for w, tr in interim.items()]]
     print(format_table(["window", "decode p50 ms", "p90 ms", "fallbacks",
-                        "backchannels that would cut", "real interruptions cut here"], rows))
+                        "backchannels that would cut", "real interruptions cut here",
+                        "of them, by cut"], rows))
 
 
 def main() -> None:
@@ -249,13 +256,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="decodes per clip (the fastest counts)")
     parser.add_argument("--bursts", action="store_true",
                         help="interim transcripts of short bursts over a paused reply instead")
+    parser.add_argument("--cuts-ms", default=",".join(map(str, BURST_CUTS_MS)),
+                        help="--bursts: how long after each burst begins its audio is cut, "
+                        "ms, comma-separated")
     parser.add_argument("--interim-windows", help="--bursts: encoder windows (s) of the "
                         "interims' rows, comma-separated (default: the config's asr.window_s)")
     args = parser.parse_args()
     cfg = load_config(default_config_path())
     if args.bursts:
         windows = [float(w) for w in (args.interim_windows or str(cfg.asr.window_s or 10.0)).split(",")]
-        burst_bench(cfg, int(args.threads.split(",")[0]), windows)
+        cuts = tuple(int(c) for c in args.cuts_ms.split(","))
+        burst_bench(cfg, int(args.threads.split(",")[0]), windows, cuts)
         return
     model_dir = resolve_asr(cfg)
     rows = []
