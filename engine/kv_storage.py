@@ -160,6 +160,16 @@ class StepKV:
         return (keys[:, :self._span].transpose(1, 2),
                 values[:, :self._span].transpose(1, 2))
 
+    def layer_views(self) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor,
+                                   list[torch.Tensor], list[torch.Tensor]] | None:
+        """Every layer's K and V write destinations (flat ``[slots, kv_heads, head_dim]``),
+        the slots to write, and the keys and values each layer's attention reads, as
+        `write_read` uses them; None when each layer gathers its own pages."""
+        if self._pages is not None:
+            return None
+        return (list(self._k_dst), list(self._v_dst), self._slots, list(self._reads[0]),
+                list(self._reads[1]))
+
     def finish(self) -> None:
         """Write the step's new K/V from the gathered copy to the storage (all layers)."""
         if self._gathered is None:

@@ -40,6 +40,7 @@ from engine.quantize import (
     linear_from_quantized,
     quantize_linear,
 )
+from engine.scripted_step import ScriptedLayers
 
 __all__ = [
     "LayerWeights",
@@ -228,7 +229,8 @@ def prefill(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.T
 def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
                      token_ids: torch.Tensor, positions: torch.Tensor,
                      write_slots: torch.Tensor, read_pages: torch.Tensor | int, span: int,
-                     mask: torch.Tensor | None) -> torch.Tensor:
+                     mask: torch.Tensor | None, scripted: ScriptedLayers | None = None
+                     ) -> torch.Tensor:
     """B sequences, one new token each, one batched forward.
 
     token_ids, positions, write_slots: ``[B]``; read_pages: ``[B, P]`` page ids holding
@@ -239,7 +241,8 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
 
     Activations are ``[B, features]`` (no length axis) and every layer-independent piece
     (RoPE tables, K/V views, see `StepKV`) is set up once per step: at batch 1 the step's
-    small ops, not the projections, are what this function can save.
+    small ops, not the projections, are what this function can save. `scripted` runs the
+    same layer loop in TorchScript where it covers the step (see `engine.scripted_step`).
     """
     batch = token_ids.shape[0]
     dtype = w.dtype
@@ -250,6 +253,12 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
     step = StepKV(kv, read_pages, span, write_slots, positions)
     attn_mask = None if mask is None else mask[:, None, None, :]
     eps, scale = _eps(cfg, x), dim ** -0.5
+    views = step.layer_views() if scripted is not None and scripted.covers(batch) else None
+    if scripted is not None and views is not None:
+        x = scripted.run(x, cos, sin, views, attn_mask, eps, heads=heads, kv_heads=kv_heads,
+                         dim=dim, groups=groups)
+        step.finish()
+        return _logits(cfg, w, x)
     for index, layer in enumerate(w.layers):
         qkv = layer.qkv(_rms_norm(x, layer.attn_norm, eps, dtype)).view(batch, -1, dim)
         qk = _apply_rope(qkv[:, :rotated], cos, sin)  # Q and K heads in one pass

@@ -16,6 +16,7 @@ from engine.errors import ContextLimitError, EngineError
 from engine.kv_storage import KVStorage
 from engine.model_config import ModelConfig
 from engine.runner import DecodeItem
+from engine.scripted_step import ScriptedLayers
 
 __all__ = ["PagedRunner"]
 
@@ -25,8 +26,10 @@ class PagedRunner:
 
     def __init__(self, config: ModelConfig, weights: model.ModelWeights, *, page_size: int,
                  num_pages: int, eos_token_ids: Sequence[int],
-                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32
-                 ) -> None:
+                 device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+                 script_decode: bool = True) -> None:
+        """`script_decode`: run decode steps' layer loop in TorchScript where it applies
+        (int4 weights on CPU, see `engine.scripted_step`); False keeps the Python loop."""
         self.config = config
         self.weights = weights
         self.device = torch.device(device)
@@ -35,6 +38,7 @@ class PagedRunner:
         self.num_pages = num_pages
         self.vocab_size = config.vocab_size
         self.eos_token_ids = tuple(int(t) for t in eos_token_ids)
+        self.scripted = ScriptedLayers.build(weights.layers) if script_decode else None
         self.kv = KVStorage(num_layers=config.num_layers, num_pages=num_pages,
                             page_size=page_size, num_kv_heads=config.num_kv_heads,
                             head_dim=config.head_dim, dtype=dtype, device=self.device)
@@ -104,7 +108,7 @@ class PagedRunner:
         logits = model.decode_one_token(
             self.config, self.weights, self.kv, ints[:batch], ints[batch:2 * batch],
             ints[2 * batch:], self._read(pages), span,
-            None if mask is None else mask.to(self.device))
+            None if mask is None else mask.to(self.device), self.scripted)
         return logits.to(device="cpu", dtype=torch.float32)
 
     def copy_slots(self, src_page: int, dst_page: int, n_tokens: int) -> None:
