@@ -100,7 +100,10 @@ def ours_decode(engine: Engine, prompt: list[int], count: int) -> float:
 
 
 def ours_prefill(runner: PagedRunner, ids: list[int]) -> float:
-    pages = list(range(-(-len(ids) // runner.page_size)))
+    """On the runner's last pages: the engine's pool hands pages out from the first, and
+    K/V written over a page it still holds as a cached prefix would corrupt later runs."""
+    count = -(-len(ids) // runner.page_size)
+    pages = list(range(runner.num_pages - count, runner.num_pages))
     start = clock()
     runner.prefill(pages, 0, ids)
     return len(ids) / (clock() - start)
