@@ -204,8 +204,8 @@ def burst_row(label: str, tr: Transcriber, guard: WindowGuard | None,
     options = InterruptionOptions()
     tr.fallbacks = 0
     times: list[float] = []
-    false_cuts = cuts = 0
-    per_cut: dict[int, int] = {}
+    false_cuts = 0
+    per_cut: dict[int, int] = {}  # real interruptions cut, by cut time
     for b in data:
         t0 = time.perf_counter()
         heard = tr.transcribe(b.pcm, word_timestamps=True, guard=guard)
@@ -214,8 +214,8 @@ def burst_row(label: str, tr: Transcriber, guard: WindowGuard | None,
                                   word_p=lowest_word_p(heard.words))
         commit = decide(facts, options) is Decision.COMMIT
         false_cuts += commit and not b.real
-        cuts += commit and b.real
         per_cut[b.cut_ms] = per_cut.get(b.cut_ms, 0) + (commit and b.real)
+    cuts = sum(per_cut.values())
     n_real = sum(b.real for b in data)
     n_cuts = len(per_cut)
     return [label, f"{1000 * np.median(times):.0f}", f"{1000 * np.percentile(times, 90):.0f}",
