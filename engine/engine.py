@@ -81,7 +81,8 @@ class Engine:
         return self._scheduler.enqueue(seq, params, prompt_ids=prompt_ids, priority=priority)
 
     def step(self) -> list[TokenEvent]:
-        """One scheduler step: at most one prefill chunk and one batched decode."""
+        """One scheduler step: at most one prefill forward (the next prompt chunks of one
+        or more jobs) and one batched decode."""
         return self._scheduler.step()
 
     def cancel(self, job: Job) -> list[TokenEvent]:

@@ -1,11 +1,11 @@
 """One generation on one sequence: prompt prefill, sampling, stop handling, turn closing.
 
-The scheduler drives jobs (`prefill_step`, `decode_item` / `on_decoded`); a job turns each
-sampled token into a `TokenEvent`. The sampled token is "pending" until the next decode
+The scheduler drives jobs (`prompt_chunk` / `on_prefilled`, `decode_item` /
+`on_decoded`); a job turns each sampled token into a `TokenEvent`. The sampled token is "pending" until the next decode
 step writes its K/V, so the sequence always holds exactly the tokens whose K/V exists.
 When a job finishes (stop string, stop token or length), the sequence is cut to the kept
-tokens and the `end_of_turn` ids are appended, so the cache holds the closed turn and
-nothing the text does not.
+tokens and the scheduler appends the rest of them and the `end_of_turn` ids before its step
+returns (`take_closing`), so the cache holds the closed turn and nothing the text does not.
 """
 
 from __future__ import annotations
@@ -56,6 +56,7 @@ class Job:
         self._prompt_stats = PrefillStats(0, 0, 0)
         self._base = 0  # sequence length once the prompt is in
         self._pending: int | None = None
+        self._closing: list[int] = []
         self._text = ReplyText(params, tokenizer, eos_token_ids,
                                (list(seq.tokens) + self._prompt)[-CONTEXT_TOKENS:])
         self._sampler = Sampler(params, exempt=self._text.stop_ids)
@@ -90,21 +91,36 @@ class Job:
 
     # ---- scheduler side ----------------------------------------------------------------
 
-    def prefill_step(self, max_tokens: int) -> list[TokenEvent]:
-        """Advance the prompt by at most `max_tokens` computed tokens; once the prompt is in,
-        sample the first token."""
-        seq = self.seq
+    @property
+    def prompt_left(self) -> list[int]:
+        """The prompt ids not in the sequence yet."""
+        return self._prompt[self._prompt_done:]
+
+    def prompt_chunk(self, max_tokens: int) -> list[int]:
+        """Take what the cache holds of the rest of the prompt, and return the prompt ids to
+        compute next (at most `max_tokens`; none once the prompt is in). The scheduler
+        computes them, possibly with other jobs' chunks in one forward, then calls
+        `on_prefilled`."""
         remaining = self._prompt[self._prompt_done:]
-        if remaining:
-            # The last prompt token is always computed: its logits pick the first token.
-            added = seq.extend_step(remaining, max_compute=max_tokens, compute_last=True)
-            self._prompt_done += added.total
-            self._prompt_stats += added
+        if not remaining:
+            return []
+        # The last prompt token is always computed: its logits pick the first token.
+        reused, ids = self.seq.reuse_step(remaining, max_compute=max_tokens,
+                                          compute_last=True)
+        self._prompt_done += reused.total
+        self._prompt_stats += reused
+        return ids
+
+    def on_prefilled(self, computed: int) -> list[TokenEvent]:
+        """A forward wrote the first `computed` ids `prompt_chunk` returned; once the
+        prompt is in, sample the first token."""
+        self._prompt_done += computed
+        self._prompt_stats += PrefillStats(computed, 0, 0)
         if self._prompt_done < len(self._prompt):
             return []
-        self._base = len(seq)
+        self._base = len(self.seq)
         self.state = JobState.DECODE
-        return self._on_token(self._sampler.sample(seq.next_logits(), self.recent()))
+        return self._on_token(self._sampler.sample(self.seq.next_logits(), self.recent()))
 
     def decode_item(self) -> DecodeItem:
         assert self._pending is not None
@@ -168,13 +184,20 @@ class Job:
             self._close_turn(kept)
         return [event]
 
+    def take_closing(self) -> list[int]:
+        """The ids that close the turn, once the job is done: the sequence must be extended
+        with them (the scheduler does, with other jobs' in one forward) to end with prompt
+        + kept + end_of_turn. Empty after the first call."""
+        tail, self._closing = self._closing, []
+        return tail
+
     def _close_turn(self, kept: tuple[int, ...]) -> None:
-        """Make the sequence end with prompt + kept + end_of_turn."""
+        """Cut the sequence to prompt + the kept tokens it holds; the rest of kept and the
+        end_of_turn ids are `take_closing`'s."""
         seq = self.seq
         same, tail = closing_cut(seq.tokens[self._base:], kept, self.params.end_of_turn)
         seq.truncate(self._base + same)
-        if tail:
-            seq.extend(tail)
+        self._closing = list(tail)
 
     def _event(self, token_id: int, delta: str, *, finished: bool,
                reason: FinishReason | None) -> TokenEvent:

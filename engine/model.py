@@ -1,8 +1,9 @@
 """A small Llama-family forward (RMSNorm, RoPE, GQA attention, SwiGLU) over paged K/V.
 
 Shaped after gpt-fast's ``model.py``: the whole model is a handful of functions over plain
-tensors, with K/V written by position and two small entry points, `prefill` (one sequence,
-T new tokens) and `decode_one_token` (B sequences, one token each, one batched forward).
+tensors, with K/V written by position and two small entry points, `prefill` (one or more
+sequences' new tokens, one forward) and `decode_one_token` (B sequences, one token each, one
+batched forward).
 Numerics follow transformers' Llama/Qwen2 modelling code (fp32 RMSNorm and RoPE tables),
 so fp32 logits match it to float rounding.
 
@@ -21,8 +22,9 @@ the query-length axis, so SDPA sees ``[B, kv_heads, groups * T, head_dim]`` quer
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -45,6 +47,7 @@ from engine.scripted_step import ScriptedLayers
 __all__ = [
     "LayerWeights",
     "ModelWeights",
+    "PrefillPart",
     "decode_one_token",
     "fused_linears",
     "prefill",
@@ -207,22 +210,36 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
     return torch.where(medium, smoothed, scaled)
 
 
-def prefill(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.Tensor,
-            positions: torch.Tensor, write_slots: torch.Tensor, read_pages: torch.Tensor | int,
-            span: int, mask: torch.Tensor | None, *, all_logits: bool = False
-            ) -> torch.Tensor:
-    """One sequence, T new tokens.
+class PrefillPart(NamedTuple):
+    """One sequence's tokens in a prefill forward (see `prefill`)."""
 
-    token_ids, positions, write_slots: ``[T]``; read_pages: ``[P]`` page ids holding
-    positions 0 .. span-1 (span = last position + 1, the new tokens included), or the
-    first of P consecutive pages that hold them (read in place); mask: bool
-    ``[T, span]``, True where query t may attend key s, or None for "all". Returns logits
-    ``[T, vocab]`` if all_logits else ``[1, vocab]``, in the compute dtype.
+    rows: slice
+    """Its rows of the forward's flat token axis."""
+    read_pages: torch.Tensor | int
+    """``[P]`` page ids holding its positions 0 .. span-1, or the first of P consecutive
+    pages that hold them (read in place)."""
+    span: int
+    """Its last position + 1 (the new tokens included)."""
+    mask: torch.Tensor | None
+    """bool ``[T, span]``, True where its query t may attend key s, or None for "all"."""
+
+
+def prefill(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.Tensor,
+            positions: torch.Tensor, write_slots: torch.Tensor,
+            parts: Sequence[PrefillPart], *, all_logits: bool = False) -> torch.Tensor:
+    """New tokens of one or more sequences in one forward.
+
+    token_ids, positions, write_slots: ``[N]``, the sequences' new tokens one after the
+    other, each sequence's rows named by its `PrefillPart`. The projections and the MLP run
+    once over all N rows (where several short prompts gain most: one call of many rows
+    instead of many of few); attention runs per part over its own pages. Returns logits of
+    every row ``[N, vocab]`` if all_logits, else of each part's last row ``[parts, vocab]``,
+    in the compute dtype.
     """
-    rows = read_pages if isinstance(read_pages, int) else read_pages[None]
-    hidden = _forward(cfg, w, kv, token_ids[None], positions[None], write_slots, rows, span,
-                      None if mask is None else mask[None, None])
-    hidden = hidden[0] if all_logits else hidden[0, -1:]
+    hidden = _forward(cfg, w, kv, token_ids, positions, write_slots, parts)
+    if not all_logits:
+        last = [part.rows.stop - 1 for part in parts]
+        hidden = hidden[last[0]:last[0] + 1] if len(last) == 1 else hidden[last]
     return _logits(cfg, w, hidden)
 
 
@@ -274,26 +291,22 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
 
 def _forward(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.Tensor,
              positions: torch.Tensor, write_slots: torch.Tensor,
-             read_pages: torch.Tensor | int, span: int, mask: torch.Tensor | None
-             ) -> torch.Tensor:
-    """token_ids/positions ``[B, T]``, write_slots ``[B*T]``, read_pages ``[B, P]`` (or,
-    B = 1, the first of consecutive pages), mask ``[B, 1, T, span]`` or None. Returns
-    final hidden states ``[B, T, hidden]``."""
-    length = token_ids.shape[1]
+             parts: Sequence[PrefillPart]) -> torch.Tensor:
+    """token_ids/positions/write_slots ``[N]``, `parts` as in `prefill`. Returns final
+    hidden states ``[N, hidden]``."""
     dtype = w.dtype
     # The residual stream stays in float32 whatever the compute dtype (as llama.cpp
     # keeps it): the norms read it directly and the branches' outputs add into it.
     x = F.embedding(token_ids, w.embed).float()
-    cos, sin = _rope_tables(w.inv_freq, positions, dtype)
-    if mask is not None and length > 1 and cfg.kv_groups > 1:
-        # Query rows are (group, t) after folding the groups into the length axis.
-        mask = mask.repeat(1, 1, cfg.kv_groups, 1)
-    flat_pages = read_pages if isinstance(read_pages, int) else read_pages.reshape(-1)
+    cos, sin = _rope_tables(w.inv_freq, positions, dtype)  # [N, 1, head_dim]
+    if cfg.kv_groups > 1:  # query rows are (group, t) after folding the groups in
+        parts = [part._replace(mask=part.mask.repeat(cfg.kv_groups, 1))
+                 if part.mask is not None and part.rows.stop - part.rows.start > 1 else part
+                 for part in parts]
     eps = _eps(cfg, x)
     for index, layer in enumerate(w.layers):
         h = _rms_norm(x, layer.attn_norm, eps, dtype)
-        x = x + _attention(cfg, layer, h, cos, sin, kv, index, write_slots, flat_pages,
-                           span, mask)
+        x = x + _attention(cfg, layer, h, cos, sin, kv, index, write_slots, parts)
         h = _rms_norm(x, layer.mlp_norm, eps, dtype)
         x = x + _mlp(layer, h)
     return x
@@ -301,36 +314,40 @@ def _forward(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.
 
 def _attention(cfg: ModelConfig, layer: LayerWeights, h: torch.Tensor, cos: torch.Tensor,
                sin: torch.Tensor, kv: KVStorage, index: int, write_slots: torch.Tensor,
-               flat_pages: torch.Tensor | int, span: int, mask: torch.Tensor | None
-               ) -> torch.Tensor:
-    batch, length, _ = h.shape
-    heads, kv_heads, dim, groups = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.kv_groups
-    qkv = layer.qkv(h).view(batch, length, heads + 2 * kv_heads, dim)
-    qk = _apply_rope(qkv[:, :, :heads + kv_heads], cos, sin)  # Q and K heads in one pass
+               parts: Sequence[PrefillPart]) -> torch.Tensor:
+    rows = h.shape[0]
+    heads, kv_heads, dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
+    qkv = layer.qkv(h).view(rows, heads + 2 * kv_heads, dim)
+    qk = _apply_rope(qkv[:, :heads + kv_heads], cos, sin)  # Q and K heads in one pass
     k_store, v_store = kv.layer(index)
-    k_store.index_copy_(0, write_slots, qk[:, :, heads:].reshape(-1, kv_heads, dim))
-    v_store.index_copy_(0, write_slots, qkv[:, :, heads + kv_heads:].reshape(-1, kv_heads, dim))
+    k_store.index_copy_(0, write_slots, qk[:, heads:])
+    v_store.index_copy_(0, write_slots, qkv[:, heads + kv_heads:])
     k_pages, v_pages = kv.layer_pages(index)
-    if isinstance(flat_pages, int):  # one row on consecutive pages: a view, no copy
-        end = flat_pages + (span + kv.page_size - 1) // kv.page_size
-        k_pages, v_pages = k_pages[flat_pages:end], v_pages[flat_pages:end]
+    outs = [_part_attention(cfg, qk[part.rows, :heads], k_pages, v_pages, part)
+            for part in parts]
+    return layer.o(outs[0] if len(outs) == 1 else torch.cat(outs))
+
+
+def _part_attention(cfg: ModelConfig, q: torch.Tensor, k_pages: torch.Tensor,
+                    v_pages: torch.Tensor, part: PrefillPart) -> torch.Tensor:
+    """Queries ``[T, heads, head_dim]`` of one part over its pages; ``[T, heads * dim]``."""
+    length = q.shape[0]
+    heads, kv_heads, dim, groups = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.kv_groups
+    read = part.read_pages
+    if isinstance(read, int):  # consecutive pages: a view, no copy
+        end = read + (part.span + k_pages.shape[1] - 1) // k_pages.shape[1]
+        k_run, v_run = k_pages[read:end], v_pages[read:end]
     else:
         # Whole pages are gathered (page-sized rows copy faster than slot-sized ones).
-        k_pages, v_pages = k_pages.index_select(0, flat_pages), v_pages.index_select(
-            0, flat_pages)
-    # Keys past `span` in the last page are sliced off.
-    keys = k_pages.view(batch, -1, kv_heads, dim)[:, :span]
-    values = v_pages.view(batch, -1, kv_heads, dim)[:, :span]
-    # [B, T, H, D] -> [B, KV, groups * T, D]: query head h uses K/V head h // groups.
-    q = qk[:, :, :heads].transpose(1, 2).reshape(batch, kv_heads, groups * length, dim)
-    out = F.scaled_dot_product_attention(q, keys.transpose(1, 2), values.transpose(1, 2),
-                                         attn_mask=mask, scale=dim ** -0.5)
-    if length == 1:
-        out = out.reshape(batch, 1, heads * dim)
-    else:
-        out = out.view(batch, heads, length, dim).transpose(1, 2).reshape(
-            batch, length, heads * dim)
-    return layer.o(out)
+        k_run, v_run = k_pages.index_select(0, read), v_pages.index_select(0, read)
+    # Keys past `span` in the last page are sliced off; [span, KV, D] -> [1, KV, span, D].
+    keys = k_run.view(-1, kv_heads, dim)[:part.span].transpose(0, 1)[None]
+    values = v_run.view(-1, kv_heads, dim)[:part.span].transpose(0, 1)[None]
+    # [T, H, D] -> [1, KV, groups * T, D]: query head h uses K/V head h // groups.
+    q = q.transpose(0, 1).reshape(1, kv_heads, groups * length, dim)
+    out = F.scaled_dot_product_attention(q, keys, values, attn_mask=part.mask,
+                                         scale=dim ** -0.5)
+    return out.view(heads, length, dim).transpose(0, 1).reshape(length, heads * dim)
 
 
 def _mlp(layer: LayerWeights, h: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from engine import model
 from engine.errors import ContextLimitError, EngineError
 from engine.kv_storage import KVStorage
 from engine.model_config import ModelConfig
-from engine.runner import DecodeItem
+from engine.runner import DecodeItem, PrefillItem
 from engine.scripted_step import ScriptedLayers
 
 __all__ = ["PagedRunner"]
@@ -52,31 +52,62 @@ class PagedRunner:
     def prefill(self, page_table: Sequence[int], start: int, token_ids: Sequence[int],
                 all_logits: bool = False) -> torch.Tensor:
         """See `ModelRunner.prefill`: float32 CPU logits ``[T, vocab]`` or ``[1, vocab]``."""
-        count = len(token_ids)
-        if count == 0 or start < 0:
-            raise EngineError(f"prefill needs start >= 0 and tokens, got start={start}, "
-                              f"{count} tokens")
-        end = start + count
-        self._check_positions(end)
-        pages = self._page_rows([page_table], [end])
+        return self._prefill([PrefillItem(page_table, start, token_ids)], all_logits)
+
+    @torch.inference_mode()
+    def prefill_many(self, items: Sequence[PrefillItem]) -> torch.Tensor:
+        """See `ModelRunner.prefill_many`: float32 CPU logits ``[B, vocab]``."""
+        if not items:
+            raise EngineError("prefill_many needs at least one item")
+        if len(items) > 1 and all(len(item.token_ids) == 1 for item in items):
+            # One token each (turns closed together, say) is a decode step, whose batched
+            # attention and layer loop are cheaper than a prefill's per-sequence ones.
+            return self.decode([DecodeItem(item.page_table, item.start, item.token_ids[0])
+                                for item in items])
+        return self._prefill(items, False)
+
+    def _prefill(self, items: Sequence[PrefillItem], all_logits: bool) -> torch.Tensor:
         size = self.page_size
-        write = [pages[0][p // size] * size + p % size for p in range(start, end)]
+        ids: list[int] = []
+        positions: list[int] = []
+        write: list[int] = []
+        parts: list[model.PrefillPart] = []
+        for item in items:
+            count, start = len(item.token_ids), item.start
+            if count == 0 or start < 0:
+                raise EngineError(f"prefill needs start >= 0 and tokens, got start={start}, "
+                                  f"{count} tokens")
+            end = start + count
+            self._check_positions(end)
+            pages = self._page_rows([item.page_table], [end])
+            ids += self._checked_ids(item.token_ids)
+            positions += range(start, end)
+            write += [pages[0][p // size] * size + p % size for p in range(start, end)]
+            mask = self._prefill_mask(start, end)
+            read = self._read(pages)
+            parts.append(model.PrefillPart(
+                slice(len(ids) - count, len(ids)), read if isinstance(read, int) else read[0],
+                end, None if mask is None else mask.to(self.device)))
+        # One host -> device tensor for ids, positions and write slots.
+        ints = self._long([*ids, *positions, *write])
+        rows = len(ids)
+        logits = model.prefill(self.config, self.weights, self.kv, ints[:rows],
+                               ints[rows:2 * rows], ints[2 * rows:], parts,
+                               all_logits=all_logits)
+        return logits.to(device="cpu", dtype=torch.float32)
+
+    def _prefill_mask(self, start: int, end: int) -> torch.Tensor | None:
+        """bool ``[end - start, end]``: causal, within the sliding window; None when the
+        one new token sees everything."""
         positions = torch.arange(start, end)
         keys = torch.arange(end)
         window = self.config.sliding_window
-        mask: torch.Tensor | None = None
         if window is not None:
-            mask = (keys[None, :] <= positions[:, None]) & (
+            return (keys[None, :] <= positions[:, None]) & (
                 keys[None, :] > positions[:, None] - window)
-        elif count > 1:
-            mask = keys[None, :] <= positions[:, None]
-        # else: a single query at the last position sees everything
-        ints = self._long([*self._checked_ids(token_ids), *write])
-        logits = model.prefill(
-            self.config, self.weights, self.kv, ints[:count], positions.to(self.device),
-            ints[count:], self._read(pages), end,
-            None if mask is None else mask.to(self.device), all_logits=all_logits)
-        return logits.to(device="cpu", dtype=torch.float32)
+        if end - start > 1:
+            return keys[None, :] <= positions[:, None]
+        return None
 
     @torch.inference_mode()
     def decode(self, items: Sequence[DecodeItem]) -> torch.Tensor:

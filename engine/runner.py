@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["DecodeItem", "ModelRunner"]
+__all__ = ["DecodeItem", "ModelRunner", "PrefillItem"]
 
 
 class DecodeItem(NamedTuple):
@@ -26,6 +26,15 @@ class DecodeItem(NamedTuple):
     """Token position (0-based) of ``token_id``; its K/V is written there."""
     token_id: int
     """The token fed at ``position``."""
+
+
+class PrefillItem(NamedTuple):
+    """One sequence's share of a batched prefill (see `ModelRunner.prefill`)."""
+
+    page_table: Sequence[int]
+    start: int
+    """Position of the first of `token_ids`; positions before it are in the pages."""
+    token_ids: Sequence[int]
 
 
 class ModelRunner(Protocol):
@@ -49,6 +58,12 @@ class ModelRunner(Protocol):
         slot p % page_size), attending causally over positions [0, start+len).
         Positions < start must already be in the pages. Returns float32 logits on CPU:
         [len, vocab] if all_logits else [1, vocab] (last position)."""
+        ...
+
+    def prefill_many(self, items: Sequence[PrefillItem]) -> torch.Tensor:
+        """`prefill` for B sequences (no two writing the same slot) in ONE forward: many
+        short prompts cost about what one prompt of all their tokens does. Returns float32
+        CPU logits [B, vocab]: each item's last position."""
         ...
 
     def decode(self, items: Sequence[DecodeItem]) -> torch.Tensor:

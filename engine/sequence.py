@@ -22,7 +22,7 @@ from engine.errors import (
 from engine.events import PrefillStats, TokenEvent
 from engine.params import Priority, SamplingParams
 from engine.prefix_index import ROOT_KEY, chain_keys, page_key
-from engine.runner import DecodeItem
+from engine.runner import DecodeItem, PrefillItem
 
 if TYPE_CHECKING:
     import torch
@@ -115,19 +115,74 @@ class Sequence:
         then prefill at most `max_compute` tokens in one forward. Returns what it added
         (a prefix of `token_ids`). `compute_last` never reuses the last token, so its
         logits come out of the forward."""
+        stats, ids = self.reuse_step(token_ids, max_compute=max_compute,
+                                     compute_last=compute_last)
+        if ids:
+            item = self.prefill_item(ids)
+            try:
+                logits = self._cache.runner.prefill(item.page_table, item.start, ids)
+            except BaseException:
+                self.rollback_pages()
+                raise
+            self.commit_prefilled(ids, logits[-1])
+            stats += PrefillStats(len(ids), 0, 0)
+        return stats
+
+    def reuse_step(self, token_ids: Seq[int], *, max_compute: int,
+                   compute_last: bool = False) -> tuple[PrefillStats, list[int]]:
+        """The first half of `extend_step`: reuse what is cached at the front of
+        `token_ids` (appended now), and return that with the ids to compute next: at most
+        `max_compute`, stopping at a later page boundary from where cached pages can be
+        referenced again. The second half is `prefill_item`, a forward (alone, or with
+        other sequences' items in `ModelRunner.prefill_many`), then `commit_prefilled`."""
         ids = self._validated(token_ids)
         if not ids:
-            return PrefillStats(0, 0, 0)
+            return PrefillStats(0, 0, 0), []
         self._reserve(len(ids))
         reusable = ids[:-1] if compute_last else ids
         stats = self._reuse(reusable) if reusable else PrefillStats(0, 0, 0)
-        rest = ids[stats.total:]
-        if rest:
-            count = min(max(max_compute, 1), self._until_cached_page(rest))
-            self._compute(rest[:count])
-            stats += PrefillStats(count, 0, 0)
         self._cache.count_prefill(stats)
-        return stats
+        rest = ids[stats.total:]
+        count = min(max(max_compute, 1), self._until_cached_page(rest)) if rest else 0
+        return stats, rest[:count]
+
+    def pages_filled_by(self, token_ids: Seq[int]) -> list[bytes]:
+        """Chained keys of the full pages that appending `token_ids` would complete."""
+        return chain_keys(self._tokens + list(token_ids), self._cache.page_size,
+                          first_page=len(self._keys),
+                          parent_key=self._parent_key(len(self._keys)))
+
+    def pages_ahead(self, token_ids: Seq[int]) -> list[tuple[bytes, list[int], int]]:
+        """The pages that appending `token_ids` writes, from the one the first goes to:
+        each one's parent key, the tokens it would hold after, and how many of those it
+        holds now (the first page only). Another sequence writing a page with the same
+        parent key shares the run their tokens have in common (see `_reuse`)."""
+        size = self._cache.page_size
+        index, held = divmod(len(self._tokens), size)
+        tokens = self._tokens[index * size:] + list(token_ids)
+        parents = [self._parent_key(index), *self.pages_filled_by(token_ids)]
+        return [(parents[i], tokens[i * size:(i + 1) * size], held if i == 0 else 0)
+                for i in range(-(-len(tokens) // size))]
+
+    def prefill_item(self, token_ids: Seq[int]) -> PrefillItem:
+        """Make the positions of `token_ids` writable (copy-on-write, new pages) and
+        describe their prefill. Follow with `commit_prefilled`, or `rollback_pages` if the
+        forward fails."""
+        ids = list(token_ids)
+        try:
+            self._prepare_write(ids)
+        except BaseException:
+            self.rollback_pages()
+            raise
+        return PrefillItem(tuple(self._pages), len(self._tokens), tuple(ids))
+
+    def commit_prefilled(self, token_ids: Seq[int], logits: torch.Tensor) -> None:
+        """Record that a forward wrote the K/V of `token_ids` (see `prefill_item`);
+        `logits` follow the last of them."""
+        ids = list(token_ids)
+        self._record(ids)
+        self._logits = logits
+        self._cache.count_prefill(PrefillStats(len(ids), 0, 0))
 
     def truncate(self, n_tokens: int) -> None:
         """Keep exactly the first `n_tokens`. Pages past the cut are released (they stay
@@ -444,15 +499,3 @@ class Sequence:
                 self._keys.append(key)
             done += len(piece)
         self._tokens.extend(ids)
-
-    def _compute(self, ids: list[int]) -> None:
-        """Prefill `ids` after the current tokens."""
-        start = len(self._tokens)
-        try:
-            self._prepare_write(ids)
-            logits = self._cache.runner.prefill(self._pages, start, ids)
-        except BaseException:
-            self.rollback_pages()
-            raise
-        self._record(ids)
-        self._logits = logits[-1]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from engine.runner import DecodeItem
+from engine.runner import DecodeItem, PrefillItem
 
 if TYPE_CHECKING:
     from engine import Engine
@@ -44,6 +44,8 @@ class FakeRunner:
             [None] * page_size for _ in range(num_pages)]
         self.prefill_tokens = 0
         self.prefill_calls = 0
+        self.prefill_batch_sizes: list[int] = []
+        """Items per `prefill_many` call."""
         self.decode_calls = 0
         self.decode_batch_sizes: list[int] = []
         self.copied_slots = 0
@@ -63,6 +65,20 @@ class FakeRunner:
             rows = [self.reference_logits(context[:p + 1]) for p in range(start, end)]
             return torch.stack(rows)
         return self.reference_logits(context)[None, :]
+
+    def prefill_many(self, items: Sequence[PrefillItem]) -> torch.Tensor:
+        """Every item's K/V is written before any is read, as in one forward: items that
+        write each other's slots read the wrong tokens."""
+        assert items, "prefill_many of no items"
+        for item in items:
+            assert item.token_ids, "prefill of no tokens"
+            for offset, token in enumerate(item.token_ids):
+                self._write(item.page_table, item.start + offset, token)
+            self.prefill_tokens += len(item.token_ids)
+        self.prefill_calls += 1
+        self.prefill_batch_sizes.append(len(items))
+        return torch.stack([self.reference_logits(self._read(
+            item.page_table, item.start + len(item.token_ids))) for item in items])
 
     def decode(self, items: Sequence[DecodeItem]) -> torch.Tensor:
         assert items, "decode of no items"
