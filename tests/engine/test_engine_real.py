@@ -112,6 +112,35 @@ def test_tiny_llama_batched_greedy_64_matches_generate(tiny_engine: Engine, tiny
         seq.release()
 
 
+def test_tiny_llama_prompts_prefilled_together_match_generate(tiny_llama: Any) -> None:
+    """Unrelated prompts share one prefill forward, and the turns that end together close
+    in one (`PagedRunner.prefill_many`): every continuation is still transformers'."""
+    runner = runner_from_hf_model(tiny_llama, page_size=4, num_pages=64, eos_token_ids=())
+    engine = Engine(runner, ByteTokenizer(), max_batch=4, prefill_chunk=32)
+    batches: list[list[int]] = []
+    prefill_many = runner.prefill_many
+
+    def recorded(items: Any) -> torch.Tensor:
+        batches.append([len(item.token_ids) for item in items])
+        return prefill_many(items)
+
+    runner.prefill_many = recorded  # type: ignore[method-assign]
+    rng = random.Random(9)
+    prompts = [[rng.randrange(3, TINY_VOCAB) for _ in range(n)] for n in (5, 9, 14)]
+    seqs = [engine.sequence() for _ in prompts]
+    params = SamplingParams(max_new_tokens=16, end_of_turn=(7,))
+    jobs = [engine.enqueue(s, params, prompt_ids=p) for s, p in zip(seqs, prompts, strict=True)]
+    while engine.has_work():
+        engine.step()
+    assert batches == [[5, 9, 14], [2, 2, 2]]  # the prompts; the closings
+    for seq, job, prompt in zip(seqs, jobs, prompts, strict=True):
+        assert job.result is not None
+        assert list(job.result.token_ids) == hf_greedy(tiny_llama, prompt, 16)
+        assert_parity(tiny_llama, seq, TINY_TOL)  # the closed turn's K/V is right
+        seq.release()
+    engine.check()
+
+
 class RealCacheMachine(CacheMachine):
     """The fake-runner property machine on a real forward: logits vs a fresh prefill."""
 
