@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     )
     from engine.job import Job
     from engine.params import Priority, SamplingParams
-    from engine.runner import DecodeItem, ModelRunner
+    from engine.runner import DecodeItem, ModelRunner, PrefillItem
     from engine.sequence import Sequence
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "GenerationResult",
     "Job",
     "ModelRunner",
+    "PrefillItem",
     "PrefillStats",
     "Priority",
     "SamplingParams",
@@ -67,6 +68,7 @@ _HOMES = {
     "GenerationResult": "engine.events",
     "Job": "engine.job",
     "ModelRunner": "engine.runner",
+    "PrefillItem": "engine.runner",
     "PrefillStats": "engine.events",
     "Priority": "engine.params",
     "SamplingParams": "engine.params",
