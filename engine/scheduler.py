@@ -4,10 +4,11 @@ Each `step()` runs at most one prefill forward and one `runner.decode` for every
 has a pending token (up to `max_batch`, live first). The prefill forward takes the next
 prompt chunk of the first job waiting for its prompt (live before speculative, then first
 come first served) and of the jobs of the same priority behind it, up to `prefill_chunk`
-tokens in all: several short prompts (sessions starting together, a burst of turns) cost
-one forward instead of one each, as vLLM's scheduler batches prefills. Jobs are the exllamav2-style
-enqueue / iterate / cancel API (after exllamav2 generator/dynamic.py); a plain synchronous
-state machine, driven from one worker thread.
+tokens in all (`engine.prefill_batch`): several short prompts (sessions starting together,
+a burst of turns) cost one forward instead of one each, as vLLM's scheduler batches
+prefills. Turns that end in the same step are closed in one forward too. Jobs are the
+exllamav2-style enqueue / iterate / cancel API (after exllamav2 generator/dynamic.py); a
+plain synchronous state machine, driven from one worker thread.
 """
 
 from __future__ import annotations
@@ -19,44 +20,15 @@ from engine.errors import CacheExhaustedError, EngineError, JobFailedError
 from engine.events import TokenEvent
 from engine.job import Job, JobState
 from engine.params import Priority, SamplingParams
+from engine.prefill_batch import ForwardPlan, extend_together, prefill_together
 from engine.sampler import sample_batch
 
 if TYPE_CHECKING:
-    import torch
-
     from engine.detokenize import TokenizerLike
     from engine.page_cache import PageCache
     from engine.sequence import Sequence
 
-__all__ = ["SHARE_MIN", "Scheduler"]
-
-
-SHARE_MIN = 16
-"""Prompt tokens that one prefill chunk could copy from another in the same forward, from
-which it waits a step to copy them rather than compute them again (see
-`Scheduler._prefill`): fewer are not worth a step's delay."""
-
-
-def _shares(seq: Sequence, ids: list[int], filling: set[bytes],
-            starts: list[tuple[bytes, list[int]]]) -> bool:
-    """Whether appending `ids` to `seq` could take `SHARE_MIN` or more tokens, or a full
-    page, from pages being written (full pages `filling`, first pages `starts`)."""
-    if not ids:
-        return False
-    if filling.intersection(seq.pages_filled_by(ids)):
-        return True
-    return any(key == parent and _common(other, page) - held >= SHARE_MIN
-               for parent, page, held in seq.pages_ahead(ids) for key, other in starts)
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    """Length of the common prefix of `a` and `b`."""
-    count = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        count += 1
-    return count
+__all__ = ["Scheduler"]
 
 
 class Scheduler:
@@ -119,26 +91,21 @@ class Scheduler:
 
     def _prefill(self, waiting: list[Job]) -> list[TokenEvent]:
         """One forward over the next prompt chunks of `waiting[0]` and of the jobs of its
-        priority behind it that fit the token and page budgets. A job whose prompt could
-        take part of its K/V from a chunk of this forward once written (the same full page,
-        or `SHARE_MIN` tokens or more of a page both write) waits a step, untouched, and
-        references or copies it then, as it would have after that forward alone."""
-        tokens = self._cache.prefill_chunk
-        pool = self._cache.pool
-        reserved = 0  # pages the chunks taken so far will allocate
+        priority behind it that fit (see `engine.prefill_batch.ForwardPlan`). A job whose
+        prompt could reuse what the forward writes waits a step, untouched."""
+        plan = ForwardPlan(self._cache)
         chunks: list[tuple[Job, list[int]]] = []
-        filling: set[bytes] = set()  # keys of the full pages the chunks write
-        starts: list[tuple[bytes, list[int]]] = []  # (parent key, tokens) of their 1st page
         for job in waiting:
-            if tokens <= 0 or job.priority != waiting[0].priority:
+            if plan.tokens_left <= 0 or job.priority != waiting[0].priority:
                 break
             head = not chunks
             try:
-                if not head and _shares(job.seq, job.prompt_left, filling, starts):
+                if not head and plan.would_reuse(job.seq, job.prompt_left):
                     continue
-                ids = job.prompt_chunk(tokens)
-                need = job.seq.pages_needed(len(ids))
-                ahead = job.seq.pages_ahead(ids) if ids else []
+                ids = job.prompt_chunk(plan.tokens_left)
+                if ids and not head and not plan.fits(job.seq, ids):
+                    continue
+                plan.take(job.seq, ids)
             except CacheExhaustedError:
                 if head:
                     raise  # memory is everybody's: not this job's fault
@@ -146,19 +113,12 @@ class Scheduler:
             except Exception as exc:  # this job's prompt: the others are unaffected
                 if head:
                     raise JobFailedError((job.job_id,), exc) from exc
-                break
-            if ids and not head and reserved + need > pool.available():
-                continue
+                break  # it fails when its turn comes
             chunks.append((job, ids))
-            tokens -= len(ids)
-            reserved += need
-            if ahead:
-                filling.update(job.seq.pages_filled_by(ids))
-                starts.append(ahead[0][:2])
         computed = [(job.seq, ids) for job, ids in chunks if ids]
         try:
             if computed:
-                self._forward(computed)
+                prefill_together(self._cache.runner, computed)
         except CacheExhaustedError:
             raise  # memory is everybody's: not these jobs' fault
         except Exception as exc:  # these jobs' prompts: the jobs not in it are unaffected
@@ -243,7 +203,7 @@ class Scheduler:
             return None
         goal = {job.job_id: len(job.seq) + len(tail) for job, tail in tails}
         try:
-            self._extend_together([(job.seq, tail) for job, tail in tails])
+            extend_together(self._cache, [(job.seq, tail) for job, tail in tails])
             return None
         except Exception:  # retried one by one below, where each job keeps its own error
             pass
@@ -259,41 +219,6 @@ class Scheduler:
                 error = error or exc
                 failed.append(job.job_id)
         return error
-
-    def _extend_together(self, work: list[tuple[Sequence, list[int]]]) -> None:
-        """`Sequence.extend` each (sequence, ids), the computed tokens of every round in
-        one `runner.prefill_many`."""
-        while work:
-            chunks: list[tuple[Sequence, list[int]]] = []
-            rest: list[tuple[Sequence, list[int]]] = []
-            for seq, ids in work:
-                reused, todo = seq.reuse_step(ids, max_compute=self._cache.prefill_chunk)
-                if todo:
-                    chunks.append((seq, todo))
-                left = ids[reused.total + len(todo):]
-                if left:
-                    rest.append((seq, left))
-            if chunks:
-                self._forward(chunks)
-            work = rest
-
-    def _forward(self, chunks: list[tuple[Sequence, list[int]]]) -> torch.Tensor:
-        """Write the chunks' K/V in one `runner.prefill_many` and record them in their
-        sequences; returns their next-token logits."""
-        prepared: list[Sequence] = []
-        try:
-            items = []
-            for seq, ids in chunks:
-                items.append(seq.prefill_item(ids))
-                prepared.append(seq)
-            logits = self._cache.runner.prefill_many(items)
-        except BaseException:
-            for seq in prepared:
-                seq.rollback_pages()
-            raise
-        for row, (seq, ids) in enumerate(chunks):
-            seq.commit_prefilled(ids, logits[row])
-        return logits
 
     def _ordered(self, state: JobState) -> list[Job]:
         jobs = [j for j in self._jobs.values() if j.state is state]

@@ -13,8 +13,8 @@ import torch
 
 from engine import Engine, Priority, SamplingParams
 from engine.errors import JobFailedError
+from engine.prefill_batch import SHARE_MIN
 from engine.runner import PrefillItem
-from engine.scheduler import SHARE_MIN
 from tests.engine.fake_runner import FakeRunner, assert_cache_matches
 from tests.engine.fake_runner import make_engine as make_fake_engine
 
