@@ -320,8 +320,8 @@ def _attention(cfg: ModelConfig, layer: LayerWeights, h: torch.Tensor, cos: torc
     qkv = layer.qkv(h).view(rows, heads + 2 * kv_heads, dim)
     qk = _apply_rope(qkv[:, :heads + kv_heads], cos, sin)  # Q and K heads in one pass
     k_store, v_store = kv.layer(index)
-    k_store.index_copy_(0, write_slots, qk[:, heads:])
-    v_store.index_copy_(0, write_slots, qkv[:, heads + kv_heads:])
+    k_store.index_copy_(1, write_slots, qk[:, heads:].transpose(0, 1))
+    v_store.index_copy_(1, write_slots, qkv[:, heads + kv_heads:].transpose(0, 1))
     k_pages, v_pages = kv.layer_pages(index)
     outs = [_part_attention(cfg, qk[part.rows, :heads], k_pages, v_pages, part)
             for part in parts]
@@ -335,14 +335,14 @@ def _part_attention(cfg: ModelConfig, q: torch.Tensor, k_pages: torch.Tensor,
     heads, kv_heads, dim, groups = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.kv_groups
     read = part.read_pages
     if isinstance(read, int):  # consecutive pages: a view, no copy
-        end = read + (part.span + k_pages.shape[1] - 1) // k_pages.shape[1]
-        k_run, v_run = k_pages[read:end], v_pages[read:end]
+        end = read + (part.span + k_pages.shape[2] - 1) // k_pages.shape[2]
+        k_run, v_run = k_pages[:, read:end], v_pages[:, read:end]
     else:
         # Whole pages are gathered (page-sized rows copy faster than slot-sized ones).
-        k_run, v_run = k_pages.index_select(0, read), v_pages.index_select(0, read)
-    # Keys past `span` in the last page are sliced off; [span, KV, D] -> [1, KV, span, D].
-    keys = k_run.view(-1, kv_heads, dim)[:part.span].transpose(0, 1)[None]
-    values = v_run.view(-1, kv_heads, dim)[:part.span].transpose(0, 1)[None]
+        k_run, v_run = k_pages.index_select(1, read), v_pages.index_select(1, read)
+    # Keys past `span` in the last page are sliced off: [1, KV, span, D].
+    keys = k_run.view(kv_heads, -1, dim)[None, :, :part.span]
+    values = v_run.view(kv_heads, -1, dim)[None, :, :part.span]
     # [T, H, D] -> [1, KV, groups * T, D]: query head h uses K/V head h // groups.
     q = q.transpose(0, 1).reshape(1, kv_heads, groups * length, dim)
     out = F.scaled_dot_product_attention(q, keys, values, attn_mask=part.mask,

@@ -127,8 +127,8 @@ def _int4_layers(x: torch.Tensor, attn_norm: list[torch.Tensor], mlp_norm: list[
         qkv = _linear(h, qkv_w[i], qkv_sz[i], qkv_b[i], group).view(batch, -1, dim)
         rot = qkv[:, :rotated]
         qk = torch.addcmul(rot * cos, rot.roll(dim // 2, -1), sin)
-        k_dst[i].index_copy_(0, slots, qk[:, heads:])
-        v_dst[i].index_copy_(0, slots, qkv[:, rotated:])
+        k_dst[i].index_copy_(1, slots, qk[:, heads:].transpose(0, 1))
+        v_dst[i].index_copy_(1, slots, qkv[:, rotated:].transpose(0, 1))
         out = F.scaled_dot_product_attention(
             qk[:, :heads].view(batch, kv_heads, groups, dim), k_read[i], v_read[i],
             attn_mask=attn_mask, scale=scale)

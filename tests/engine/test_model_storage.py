@@ -13,6 +13,12 @@ from engine.loader import runner_from_hf_model
 from engine.runner import DecodeItem
 
 
+def token_major(store: torch.Tensor) -> torch.Tensor:
+    """The storage's ``[layers, kv_heads, pages, page_size, head_dim]`` as ``[layers, pages,
+    page_size, kv_heads, head_dim]`` (a view), the order a page table addresses."""
+    return store.permute(0, 2, 3, 1, 4)
+
+
 def filled_storage() -> KVStorage:
     kv = KVStorage(num_layers=2, num_pages=4, page_size=3, num_kv_heads=2, head_dim=5)
     kv.k.copy_(torch.randn(kv.k.shape, generator=torch.Generator().manual_seed(0)))
@@ -22,35 +28,37 @@ def filled_storage() -> KVStorage:
 
 def test_copy_slots_copies_prefix_of_page_in_every_layer() -> None:
     kv = filled_storage()
-    before_k, before_v = kv.k.clone(), kv.v.clone()
+    before_k, before_v = token_major(kv.k.clone()), token_major(kv.v.clone())
     kv.copy_slots(1, 3, 2)
-    assert torch.equal(kv.k[:, 3, :2], before_k[:, 1, :2])
-    assert torch.equal(kv.v[:, 3, :2], before_v[:, 1, :2])
-    assert torch.equal(kv.k[:, 3, 2:], before_k[:, 3, 2:])  # rest of the page untouched
+    k, v = token_major(kv.k), token_major(kv.v)
+    assert torch.equal(k[:, 3, :2], before_k[:, 1, :2])
+    assert torch.equal(v[:, 3, :2], before_v[:, 1, :2])
+    assert torch.equal(k[:, 3, 2:], before_k[:, 3, 2:])  # rest of the page untouched
     untouched = [0, 1, 2]
-    assert torch.equal(kv.k[:, untouched], before_k[:, untouched])
+    assert torch.equal(k[:, untouched], before_k[:, untouched])
 
 
 def test_flat_layer_view_addresses_page_slots() -> None:
     kv = filled_storage()
     k_flat, v_flat = kv.layer(1)
-    assert torch.equal(k_flat[2 * 3 + 1], kv.k[1, 2, 1])
-    v_flat[5].fill_(7.0)  # writes go through to page 1, slot 2
-    assert bool((kv.v[1, 1, 2] == 7.0).all())
+    assert k_flat.shape == (2, 4 * 3, 5)  # [kv_heads, slots, head_dim]
+    assert torch.equal(k_flat[:, 2 * 3 + 1], token_major(kv.k)[1, 2, 1])
+    v_flat[:, 5].fill_(7.0)  # writes go through to page 1, slot 2
+    assert bool((token_major(kv.v)[1, 1, 2] == 7.0).all())
 
 
 def test_gather_copies_pages_into_a_reused_buffer() -> None:
     kv = filled_storage()
     k, v = kv.gather(torch.tensor([3, 0, 3]))
-    assert k.shape == (2, 3, 3, 2, 5)
-    assert torch.equal(k, kv.k[:, [3, 0, 3]]) and torch.equal(v, kv.v[:, [3, 0, 3]])
-    k[:, 0].fill_(9.0)  # a copy: the storage is untouched
-    assert not bool((kv.k[:, 3] == 9.0).any())
+    assert k.shape == (2, 2, 3, 3, 5)  # [layers, kv_heads, pages, page_size, head_dim]
+    assert torch.equal(k, kv.k[:, :, [3, 0, 3]]) and torch.equal(v, kv.v[:, :, [3, 0, 3]])
+    k[:, :, 0].fill_(9.0)  # a copy: the storage is untouched
+    assert not bool((kv.k[:, :, 3] == 9.0).any())
     again, _ = kv.gather(torch.tensor([1, 2]))  # fewer pages: the same memory, fresh data
     assert again.data_ptr() == k.data_ptr()
-    assert torch.equal(again, kv.k[:, [1, 2]])
+    assert torch.equal(again, kv.k[:, :, [1, 2]])
     more, _ = kv.gather(torch.tensor([0, 1, 2, 3, 0, 1, 2, 3]))  # more than it held: grows
-    assert torch.equal(more, kv.k[:, [0, 1, 2, 3, 0, 1, 2, 3]])
+    assert torch.equal(more, kv.k[:, :, [0, 1, 2, 3, 0, 1, 2, 3]])
 
 
 def test_copy_slots_rejects_bad_arguments() -> None:
@@ -90,7 +98,7 @@ def test_step_kv_writes_and_reads_like_the_storage(gather_all: bool,
     slots = [rows[0][1] * size + 1, rows[1][0] * size + 1]
     new_k = torch.randn(2, 2, 2, 5, generator=torch.Generator().manual_seed(2))
     new_v = torch.randn(2, 2, 2, 5, generator=torch.Generator().manual_seed(3))
-    expected_k, expected_v = kv.k.clone(), kv.v.clone()
+    expected_k, expected_v = token_major(kv.k).clone(), token_major(kv.v).clone()
     for layer in range(2):
         expected_k[layer].view(-1, 2, 5)[slots] = new_k[layer]
         expected_v[layer].view(-1, 2, 5)[slots] = new_v[layer]
@@ -106,7 +114,8 @@ def test_step_kv_writes_and_reads_like_the_storage(gather_all: bool,
             assert torch.equal(keys[row, :, :n], want_k[:, :n])
             assert torch.equal(values[row, :, :n], want_v[:, :n])
     step.finish()
-    assert torch.equal(kv.k, expected_k) and torch.equal(kv.v, expected_v)
+    assert torch.equal(token_major(kv.k), expected_k)
+    assert torch.equal(token_major(kv.v), expected_v)
 
 
 def test_step_kv_reads_consecutive_pages_in_place() -> None:
@@ -115,6 +124,8 @@ def test_step_kv_reads_consecutive_pages_in_place() -> None:
     new = torch.full((1, 2, 5), 9.0)
     keys, values = step.write_read(1, new, new)
     assert keys.shape == (1, 2, 5, 5)
-    assert keys.data_ptr() == kv.k[1, 1].data_ptr()  # a view of the storage
-    assert bool((kv.k[1, 2, 1] == 9.0).all()) and bool((keys[0, :, 4] == 9.0).all())
-    assert torch.equal(values[0].transpose(0, 1), kv.v[1, 1:3].reshape(-1, 2, 5)[:5])
+    assert keys.data_ptr() == kv.k[1, 0, 1].data_ptr()  # a view of the storage
+    assert keys[0, 0].is_contiguous()  # a head's keys: one run
+    k, v = token_major(kv.k), token_major(kv.v)
+    assert bool((k[1, 2, 1] == 9.0).all()) and bool((keys[0, :, 4] == 9.0).all())
+    assert torch.equal(values[0].transpose(0, 1), v[1, 1:3].reshape(-1, 2, 5)[:5])
