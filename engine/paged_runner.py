@@ -88,6 +88,7 @@ class PagedRunner:
             parts.append(model.PrefillPart(
                 slice(len(ids) - count, len(ids)), read if isinstance(read, int) else read[0],
                 end, None if mask is None else mask.to(self.device)))
+        self.kv.note_writes({slot // size for slot in write})
         # One host -> device tensor for ids, positions and write slots.
         ints = self._long([*ids, *positions, *write])
         rows = len(ids)

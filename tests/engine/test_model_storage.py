@@ -129,3 +129,52 @@ def test_step_kv_reads_consecutive_pages_in_place() -> None:
     k, v = token_major(kv.k), token_major(kv.v)
     assert bool((k[1, 2, 1] == 9.0).all()) and bool((keys[0, :, 4] == 9.0).all())
     assert torch.equal(values[0].transpose(0, 1), v[1, 1:3].reshape(-1, 2, 5)[:5])
+
+
+def test_mirror_keeps_one_rows_copy_between_steps_and_drops_it_on_outside_writes() -> None:
+    """A one-row step on pages that are not one run reads a copy of them that the next
+    step reuses (copying only pages it did not hold); a write to a held page by any other
+    path (a prefill, a slot copy, a batched or in-place step) makes the next step copy
+    afresh, so a step never reads stale K/V."""
+    kv = filled_storage()
+    k, _ = kv.mirror(torch.tensor([2, 0]))
+    assert torch.equal(k, kv.k[:, :, [2, 0]])
+    first = k.data_ptr()
+    kv.k[:, :, 3].fill_(5.0)  # page 3 joins below: copied then
+    kv.k[:, :, 2].fill_(6.0)  # page 2 is held: a write nobody noted is not seen
+    k, _ = kv.mirror(torch.tensor([2, 0, 3]))
+    assert k.data_ptr() == first
+    assert bool((k[:, :, 2] == 5.0).all()) and not bool((k[:, :, 0] == 6.0).any())
+    kv.note_writes([1])  # not held: the copy stays
+    assert kv.mirrored
+    kv.note_writes([0])  # held: the next call copies everything
+    assert not kv.mirrored
+    k, _ = kv.mirror(torch.tensor([2, 0, 3]))
+    assert torch.equal(k, kv.k[:, :, [2, 0, 3]])
+    kv.copy_slots(1, 3, 2)  # into a held page
+    assert not kv.mirrored
+    kv.mirror(torch.tensor([2, 0]))
+    StepKV(kv, 1, 5, torch.tensor([2 * 3 + 1]), torch.tensor([4]))  # in place, into page 2
+    assert not kv.mirrored
+    kv.mirror(torch.tensor([2, 0]))
+    StepKV(kv, torch.tensor([[1], [0]]), 3, torch.tensor([1 * 3 + 2, 0 * 3 + 2]),
+           torch.tensor([2, 2]))  # two rows, one writing into page 0
+    assert not kv.mirrored
+
+
+def test_one_row_steps_on_scattered_pages_match_a_fresh_prefill(tiny_llama: Any) -> None:
+    """Decode steps of one sequence on scattered pages (read through the kept copy), with
+    its last tokens rewritten by a prefill midway (a barge-in's cut and re-extension), give
+    the logits of a fresh prefill of the same tokens."""
+    runner = runner_from_hf_model(tiny_llama, page_size=4, num_pages=32)
+    fresh = runner_from_hf_model(tiny_llama, page_size=4, num_pages=32)
+    ids = list(range(3, 40))
+    table = [9, 2, 30, 5, 17, 11, 7, 21, 14, 1]
+    runner.prefill(table, 0, ids[:10])
+    for pos in range(10, 30):
+        if pos == 20:  # cut back to 18 tokens and extended with others
+            ids[18:20] = [60, 61]
+            runner.prefill(table, 18, ids[18:20])
+        ours = runner.decode([DecodeItem(table, pos, ids[pos])])
+        want = fresh.prefill(list(range(8)), 0, ids[:pos + 1])  # in place, no copy
+        assert float((ours - want).abs().max()) < 1e-4, pos
