@@ -45,12 +45,12 @@ class KVStorage:
         self._v_flat = [self.v[i].view(flat) for i in range(num_layers)]
         self._k_pages = [self.k[i] for i in range(num_layers)]
         self._v_pages = [self.v[i] for i in range(num_layers)]
-        self._scratch: tuple[torch.Tensor, torch.Tensor] | None = None
-        # The one-row copy `mirror` keeps between decode steps: its K and V buffers
-        # ([layers * kv_heads, capacity pages, page elements]) and the pages it holds.
-        self._row: tuple[torch.Tensor, torch.Tensor] | None = None
-        self._row_pages: list[int] = []
-        self._row_set: set[int] = set()
+        # The copy `mirror` keeps between decode steps: flat K and V buffers, the pages each
+        # row holds and the pages per row it has room for.
+        self._mirror: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._held: list[list[int]] = []
+        self._held_set: set[int] = set()
+        self._capacity = 0
 
     @property
     def num_slots(self) -> int:
@@ -70,77 +70,66 @@ class KVStorage:
         """``[kv_heads, pages, page_size, head_dim]`` views (K, V) of one layer."""
         return self._k_pages[index], self._v_pages[index]
 
-    def gather(self, pages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``[layers, kv_heads, len(pages), page_size, head_dim]`` copies of K and V at
-        `pages`, in buffers the next call reuses (one decode step's at a time). A fresh
-        copy per step cost thousands of page faults: measured ~4,000 per 8-sequence step
-        (~16 MB), 10-15% of its time, as the allocator handed the memory back each step."""
-        layers, heads, _, page, dim = self.k.shape
-        count, elements = pages.shape[0], page * dim
-        need = layers * heads * count * elements
-        if self._scratch is None or self._scratch[0].numel() < need:
-            have = 0 if self._scratch is None else self._scratch[0].numel()
-            most = GATHER_ALL_BYTES // 2 // self.k.element_size()  # K's share, or V's
-            size = max(need, min(2 * have, most))
-            self._scratch = (torch.empty(size, dtype=self.k.dtype, device=self.k.device),
-                             torch.empty(size, dtype=self.v.dtype, device=self.v.device))
-        copies = []
-        for store, scratch in zip((self.k, self.v), self._scratch, strict=True):
-            rows = scratch[:need].view(layers * heads, count, elements)
-            # Through a [layers * heads, pages, elements] view: torch's CPU index_select
-            # copies whole rows of a 3-D tensor ~3x faster than pages of the 5-D one
-            # (measured: 30 layers x 48 bfloat16 pages, 2.9 -> 0.9 ms).
-            torch.index_select(store.view(layers * heads, self.num_pages, elements), 1,
-                               pages, out=rows)
-            copies.append(rows.view(layers, heads, count, page, dim))
-        return copies[0], copies[1]
-
-    def mirror(self, pages: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`gather` for one row that keeps its copy from step to step: the
-        ``[layers, kv_heads, len(pages), page_size, head_dim]`` K and V of `pages`, copying
-        only the pages past those it held (a decode step adds a page at most), unless a
-        write outside it (`note_writes`) or another row's pages replaced them. A step that
+    def mirror(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A copy of the K and V of the ``[B, P]`` page ids `rows`, kept from step to step:
+        ``[layers, kv_heads, B, capacity * page_size, head_dim]``, row b holding its
+        pages' slots in order (past P pages, anything). A call copies only the pages that
+        differ from those each row held (a decode step adds a page at most), unless a
+        write elsewhere (`note_writes`) or a batch of other rows replaced them. A step that
         writes into the copy must write the same K/V to the storage (`StepKV.finish`).
 
-        Batch-1 decode on pages that are not one run (a sequence that reused a cached
-        prefix, or grew beside a speculative fork: every step of a spoken reply) gathered
-        its whole history every step: ~0.3 ms at 100 tokens, ~2.5 ms at 1,200."""
-        ids = [int(p) for p in pages.tolist()]
+        Decode on pages that are not one run gathered its whole history every step: the
+        talk loop's dialogue (a reused prefix, grown beside speculative forks) ~0.3 ms at
+        100 tokens and ~2.5 ms at 1,200 per step; 8 concurrent sequences ~1 ms of a
+        ~15 ms step. The buffers are kept too: a fresh copy per step cost thousands of page
+        faults (measured ~4,000 per 8-sequence step, 10-15% of its time)."""
+        ids = [[int(p) for p in row] for row in rows.tolist()]
         layers, heads, _, page, dim = self.k.shape
-        keep = len(self._row_pages)
-        if self._row is None or ids[:keep] != self._row_pages:
-            keep = 0
-        capacity = 0 if self._row is None else self._row[0].shape[1]
-        if capacity < len(ids):
-            most = GATHER_ALL_BYTES // (2 * layers * self.page_bytes)  # as `StepKV` gathers
-            capacity = max(len(ids), min(2 * capacity, most), 8)
-            fresh = tuple(torch.empty(layers * heads, capacity, page * dim, dtype=store.dtype,
-                                      device=store.device) for store in (self.k, self.v))
-            if keep and self._row is not None:
-                for new, old in zip(fresh, self._row, strict=True):
-                    new[:, :keep].copy_(old[:, :keep])
-            self._row = fresh[0], fresh[1]
-        assert self._row is not None
-        if keep < len(ids):
-            more = pages[keep:]
-            for store, row in zip((self.k, self.v), self._row, strict=True):
-                row[:, keep:len(ids)].copy_(store.view(layers * heads, self.num_pages,
-                                                       page * dim).index_select(1, more))
-        self._row_pages, self._row_set = ids, set(ids)
-        k, v = (row[:, :len(ids)].view(layers, heads, len(ids), page, dim)
-                for row in self._row)
+        batch, width = len(ids), len(ids[0])
+        held = self._held
+        if (self._mirror is None or len(held) != batch or self._capacity < width):
+            most = GATHER_ALL_BYTES // (2 * layers * self.page_bytes * batch)
+            self._capacity = max(width, min(width + max(8, width // 2), most))
+            need = layers * heads * batch * self._capacity * page * dim
+            if self._mirror is None or self._mirror[0].numel() < need:
+                self._mirror = tuple(torch.empty(need, dtype=store.dtype, device=store.device)
+                                     for store in (self.k, self.v))  # type: ignore[assignment]
+            held = [[] for _ in range(batch)]
+        assert self._mirror is not None
+        capacity = self._capacity
+        sources: list[int] = []
+        targets: list[int] = []
+        for b, (now, had) in enumerate(zip(ids, held, strict=True)):
+            same = 0
+            for x, y in zip(now, had, strict=False):
+                if x != y:
+                    break
+                same += 1
+            sources += now[same:]
+            targets += range(b * capacity + same, b * capacity + width)
+        size = layers * heads * batch * capacity * page * dim
+        copies = [buffer[:size].view(layers * heads, batch * capacity, page * dim)
+                  for buffer in self._mirror]
+        if sources:
+            src = torch.tensor(sources, dtype=torch.long, device=self.k.device)
+            dst = torch.tensor(targets, dtype=torch.long, device=self.k.device)
+            for store, copy in zip((self.k, self.v), copies, strict=True):
+                copy.index_copy_(1, dst, store.view(layers * heads, self.num_pages,
+                                                     page * dim).index_select(1, src))
+        self._held, self._held_set = ids, {p for row in ids for p in row}
+        k, v = (copy.view(layers, heads, batch, capacity * page, dim) for copy in copies)
         return k, v
 
     def note_writes(self, pages: Iterable[int]) -> None:
         """K/V was written to `pages` other than through `mirror`'s copy: forget the copy
         if it holds any of them."""
-        if self._row_set and not self._row_set.isdisjoint(pages):
-            self._row_pages, self._row_set = [], set()
+        if self._held_set and not self._held_set.isdisjoint(pages):
+            self._held, self._held_set = [], set()
 
     @property
     def mirrored(self) -> bool:
         """Whether `mirror` holds a copy (writes must then be noted)."""
-        return bool(self._row_set)
+        return bool(self._held_set)
 
     def copy_slots(self, src_page: int, dst_page: int, n_tokens: int) -> None:
         """Copy K/V of slots [0, n_tokens) from src_page to dst_page, all layers."""
@@ -166,10 +155,10 @@ class StepKV:
 
     Three ways, by the rows' pages: one row on consecutive pages is read in place (views
     of the storage); otherwise the rows' pages of every layer are gathered into one copy
-    before the first layer (up to `GATHER_ALL_BYTES`; one row's copy is kept for its next
-    step, `KVStorage.mirror`), each layer writes its new K/V into that copy, and `finish`
-    writes them all to the storage at once; past that size each layer writes to the
-    storage and gathers its own pages. Up to that size a layer's work
+    before the first layer (up to `GATHER_ALL_BYTES`; kept for the next step and updated,
+    `KVStorage.mirror`), each layer writes its new K/V into that copy, and `finish` writes
+    them all to the storage at once; past that size each layer writes to the storage and
+    gathers its own pages. Up to that size a layer's work
     is its two writes, no gathers and no views: besides the projections, small ops and
     their Python are what batch-1 decode on a CPU spends its time on."""
 
@@ -190,28 +179,29 @@ class StepKV:
         self._pages: torch.Tensor | None = None
         self._gathered: tuple[torch.Tensor, torch.Tensor] | None = None
         size, layers = kv.page_size, kv.num_layers
-        batch = 1 if isinstance(read_pages, int) else read_pages.shape[0]
-        if kv.mirrored and (isinstance(read_pages, int) or batch > 1):  # not via the copy
-            kv.note_writes(int(p) for p in (write_slots // size).tolist())
         if isinstance(read_pages, int):
+            if kv.mirrored:  # written in place, not through the copy
+                kv.note_writes(int(p) for p in (write_slots // size).tolist())
             count = -(-span // size)
             k = kv.k[:, :, read_pages:read_pages + count]
             v = kv.v[:, :, read_pages:read_pages + count]
             self._reads = _layer_reads(k, 1, span), _layer_reads(v, 1, span)
             return
-        width = read_pages.shape[1] * size
         pages = read_pages.reshape(-1)
         if 2 * layers * pages.shape[0] * kv.page_bytes > GATHER_ALL_BYTES:
-            if kv.mirrored and batch == 1:
+            if kv.mirrored:
                 kv.note_writes(int(p) for p in (write_slots // size).tolist())
             self._pages = pages
             return
-        k, v = kv.mirror(pages) if batch == 1 else kv.gather(pages)
+        # [layers, kv_heads, B, row slots, head_dim]: each row's slots in page order
+        k, v = kv.mirror(read_pages)
         self._gathered = k, v
-        flat = (layers, kv.k.shape[1], batch * width, kv.k.shape[4])
+        batch, row_slots = k.shape[2], k.shape[3]
+        flat = (layers, k.shape[1], batch * row_slots, k.shape[4])
         self._k_dst, self._v_dst = k.view(flat).unbind(0), v.view(flat).unbind(0)
-        self._slots = torch.arange(batch, device=positions.device) * width + positions
-        self._reads = _layer_reads(k, batch, span), _layer_reads(v, batch, span)
+        self._slots = torch.arange(batch, device=positions.device) * row_slots + positions
+        self._reads = (k[:, :, :, :span].transpose(1, 2).unbind(0),
+                       v[:, :, :, :span].transpose(1, 2).unbind(0))
 
     def write_read(self, layer: int, k: torch.Tensor, v: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -47,18 +47,20 @@ def test_flat_layer_view_addresses_page_slots() -> None:
     assert bool((token_major(kv.v)[1, 1, 2] == 7.0).all())
 
 
-def test_gather_copies_pages_into_a_reused_buffer() -> None:
+def mirrored_pages(copy: torch.Tensor, row: int, count: int) -> torch.Tensor:
+    """A row of `KVStorage.mirror`'s copy as ``[layers, kv_heads, count, page_size, dim]``."""
+    layers, heads, _, _, dim = copy.shape
+    return copy[:, :, row, :count * 3].reshape(layers, heads, count, 3, dim)
+
+
+def test_mirror_copies_each_rows_pages() -> None:
     kv = filled_storage()
-    k, v = kv.gather(torch.tensor([3, 0, 3]))
-    assert k.shape == (2, 2, 3, 3, 5)  # [layers, kv_heads, pages, page_size, head_dim]
-    assert torch.equal(k, kv.k[:, :, [3, 0, 3]]) and torch.equal(v, kv.v[:, :, [3, 0, 3]])
+    k, v = kv.mirror(torch.tensor([[3, 0], [1, 3]]))
+    assert k.shape[:3] == (2, 2, 2) and k.shape[3] >= 2 * 3
+    assert torch.equal(mirrored_pages(k, 0, 2), kv.k[:, :, [3, 0]])
+    assert torch.equal(mirrored_pages(v, 1, 2), kv.v[:, :, [1, 3]])
     k[:, :, 0].fill_(9.0)  # a copy: the storage is untouched
-    assert not bool((kv.k[:, :, 3] == 9.0).any())
-    again, _ = kv.gather(torch.tensor([1, 2]))  # fewer pages: the same memory, fresh data
-    assert again.data_ptr() == k.data_ptr()
-    assert torch.equal(again, kv.k[:, :, [1, 2]])
-    more, _ = kv.gather(torch.tensor([0, 1, 2, 3, 0, 1, 2, 3]))  # more than it held: grows
-    assert torch.equal(more, kv.k[:, :, [0, 1, 2, 3, 0, 1, 2, 3]])
+    assert not bool((kv.k == 9.0).any())
 
 
 def test_copy_slots_rejects_bad_arguments() -> None:
@@ -131,35 +133,39 @@ def test_step_kv_reads_consecutive_pages_in_place() -> None:
     assert torch.equal(values[0].transpose(0, 1), v[1, 1:3].reshape(-1, 2, 5)[:5])
 
 
-def test_mirror_keeps_one_rows_copy_between_steps_and_drops_it_on_outside_writes() -> None:
-    """A one-row step on pages that are not one run reads a copy of them that the next
-    step reuses (copying only pages it did not hold); a write to a held page by any other
-    path (a prefill, a slot copy, a batched or in-place step) makes the next step copy
-    afresh, so a step never reads stale K/V."""
+def test_mirror_keeps_its_copy_between_steps_and_drops_it_on_outside_writes() -> None:
+    """A step on pages that are not one run reads a copy of them that the next step reuses
+    (copying only pages a row did not hold); a write to a held page by any other path (a
+    prefill, a slot copy, an in-place step) makes the next step copy afresh, so a step
+    never reads stale K/V."""
     kv = filled_storage()
-    k, _ = kv.mirror(torch.tensor([2, 0]))
-    assert torch.equal(k, kv.k[:, :, [2, 0]])
+    k, _ = kv.mirror(torch.tensor([[2, 0]]))
+    assert torch.equal(mirrored_pages(k, 0, 2), kv.k[:, :, [2, 0]])
     first = k.data_ptr()
     kv.k[:, :, 3].fill_(5.0)  # page 3 joins below: copied then
     kv.k[:, :, 2].fill_(6.0)  # page 2 is held: a write nobody noted is not seen
-    k, _ = kv.mirror(torch.tensor([2, 0, 3]))
+    k, _ = kv.mirror(torch.tensor([[2, 0, 3]]))
     assert k.data_ptr() == first
-    assert bool((k[:, :, 2] == 5.0).all()) and not bool((k[:, :, 0] == 6.0).any())
+    assert bool((mirrored_pages(k, 0, 3)[:, :, 2] == 5.0).all())
+    assert not bool((mirrored_pages(k, 0, 3) == 6.0).any())  # (past them: anything)
     kv.note_writes([1])  # not held: the copy stays
     assert kv.mirrored
     kv.note_writes([0])  # held: the next call copies everything
     assert not kv.mirrored
-    k, _ = kv.mirror(torch.tensor([2, 0, 3]))
-    assert torch.equal(k, kv.k[:, :, [2, 0, 3]])
+    k, _ = kv.mirror(torch.tensor([[2, 0, 3]]))
+    assert torch.equal(mirrored_pages(k, 0, 3), kv.k[:, :, [2, 0, 3]])
     kv.copy_slots(1, 3, 2)  # into a held page
     assert not kv.mirrored
-    kv.mirror(torch.tensor([2, 0]))
+    kv.mirror(torch.tensor([[2, 0]]))
     StepKV(kv, 1, 5, torch.tensor([2 * 3 + 1]), torch.tensor([4]))  # in place, into page 2
     assert not kv.mirrored
-    kv.mirror(torch.tensor([2, 0]))
-    StepKV(kv, torch.tensor([[1], [0]]), 3, torch.tensor([1 * 3 + 2, 0 * 3 + 2]),
-           torch.tensor([2, 2]))  # two rows, one writing into page 0
-    assert not kv.mirrored
+    # Two rows whose second grows a page: only that row's new page is copied.
+    kv.mirror(torch.tensor([[1, 1], [0, 0]]))  # row 1 padded with its first page
+    kv.k[:, :, 2].fill_(7.0)
+    kv.k[:, :, 1].fill_(8.0)  # held, unnoted: not seen
+    k, _ = kv.mirror(torch.tensor([[1, 1], [0, 2]]))
+    assert bool((mirrored_pages(k, 1, 2)[:, :, 1] == 7.0).all())
+    assert not bool((mirrored_pages(k, 0, 2) == 8.0).any())
 
 
 def test_one_row_steps_on_scattered_pages_match_a_fresh_prefill(tiny_llama: Any) -> None:
