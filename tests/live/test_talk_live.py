@@ -219,7 +219,10 @@ def test_say_plays_through_the_device(audio_server: VirtualAudioServer, tmp_path
     assert audible_between(speech, 0, speech.size / BUS_RATE) > 1.0
     text = Transcriber(asr_model_dir, ASROptions()).transcribe(
         resample(speech, BUS_RATE, 16000), check_speech=False).text
-    assert {"quick", "brown", "fox", "lazy", "dog"} <= set(re.findall(r"\w+", text.lower()))
+    # One word may be misheard: beside two busy processes on 2 cores, Whisper tiny heard
+    # "The quit brown fox jumps over the lazy dog." in 1 of 5 runs (and failed CI once).
+    heard = {"quick", "brown", "fox", "lazy", "dog"} & set(re.findall(r"\w+", text.lower()))
+    assert len(heard) >= 4, text
 
 
 def test_say_ctrl_c_mid_sentence_is_one_line(audio_server: VirtualAudioServer,
