@@ -1,8 +1,9 @@
 """One generation on one sequence: prompt prefill, sampling, stop handling, turn closing.
 
 The scheduler drives jobs (`prompt_chunk` / `on_prefilled`, `decode_item` /
-`on_decoded`); a job turns each sampled token into a `TokenEvent`. The sampled token is "pending" until the next decode
-step writes its K/V, so the sequence always holds exactly the tokens whose K/V exists.
+`on_decoded`); a job turns each sampled token into a `TokenEvent`. The sampled token is
+"pending" until the next decode step writes its K/V, so the sequence always holds exactly
+the tokens whose K/V exists.
 When a job finishes (stop string, stop token or length), the sequence is cut to the kept
 tokens and the scheduler appends the rest of them and the `end_of_turn` ids before its step
 returns (`take_closing`), so the cache holds the closed turn and nothing the text does not.
@@ -101,7 +102,7 @@ class Job:
         compute next (at most `max_tokens`; none once the prompt is in). The scheduler
         computes them, possibly with other jobs' chunks in one forward, then calls
         `on_prefilled`."""
-        remaining = self._prompt[self._prompt_done:]
+        remaining = self.prompt_left
         if not remaining:
             return []
         # The last prompt token is always computed: its logits pick the first token.

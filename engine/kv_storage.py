@@ -87,7 +87,7 @@ class KVStorage:
         layers, heads, _, page, dim = self.k.shape
         batch, width = len(ids), len(ids[0])
         held = self._held
-        if (self._mirror is None or len(held) != batch or self._capacity < width):
+        if self._mirror is None or len(held) != batch or self._capacity < width:
             most = GATHER_ALL_BYTES // (2 * layers * self.page_bytes * batch)
             self._capacity = max(width, min(width + max(8, width // 2), most))
             need = layers * heads * batch * self._capacity * page * dim
@@ -158,9 +158,9 @@ class StepKV:
     before the first layer (up to `GATHER_ALL_BYTES`; kept for the next step and updated,
     `KVStorage.mirror`), each layer writes its new K/V into that copy, and `finish` writes
     them all to the storage at once; past that size each layer writes to the storage and
-    gathers its own pages. Up to that size a layer's work
-    is its two writes, no gathers and no views: besides the projections, small ops and
-    their Python are what batch-1 decode on a CPU spends its time on."""
+    gathers its own pages. Up to that size a layer's work is its two writes, no gathers and
+    no views: besides the projections, small ops and their Python are what batch-1 decode
+    on a CPU spends its time on."""
 
     def __init__(self, kv: KVStorage, read_pages: torch.Tensor | int, span: int,
                  write_slots: torch.Tensor, positions: torch.Tensor) -> None:
@@ -179,19 +179,20 @@ class StepKV:
         self._pages: torch.Tensor | None = None
         self._gathered: tuple[torch.Tensor, torch.Tensor] | None = None
         size, layers = kv.page_size, kv.num_layers
+        per_layer = (not isinstance(read_pages, int)
+                     and 2 * layers * read_pages.numel() * kv.page_bytes > GATHER_ALL_BYTES)
+        if kv.mirrored and (isinstance(read_pages, int) or per_layer):
+            # Written to the storage, not through the kept copy (`KVStorage.mirror`).
+            kv.note_writes(int(p) for p in (write_slots // size).tolist())
         if isinstance(read_pages, int):
-            if kv.mirrored:  # written in place, not through the copy
-                kv.note_writes(int(p) for p in (write_slots // size).tolist())
             count = -(-span // size)
-            k = kv.k[:, :, read_pages:read_pages + count]
-            v = kv.v[:, :, read_pages:read_pages + count]
-            self._reads = _layer_reads(k, 1, span), _layer_reads(v, 1, span)
+            # [layers, kv_heads, 1, count * page_size, head_dim]: views of the storage
+            k, v = (store[:, :, read_pages:read_pages + count].view(
+                layers, store.shape[1], 1, -1, store.shape[4]) for store in (kv.k, kv.v))
+            self._reads = _row_reads(k, span), _row_reads(v, span)
             return
-        pages = read_pages.reshape(-1)
-        if 2 * layers * pages.shape[0] * kv.page_bytes > GATHER_ALL_BYTES:
-            if kv.mirrored:
-                kv.note_writes(int(p) for p in (write_slots // size).tolist())
-            self._pages = pages
+        if per_layer:
+            self._pages = read_pages.reshape(-1)
             return
         # [layers, kv_heads, B, row slots, head_dim]: each row's slots in page order
         k, v = kv.mirror(read_pages)
@@ -200,8 +201,7 @@ class StepKV:
         flat = (layers, k.shape[1], batch * row_slots, k.shape[4])
         self._k_dst, self._v_dst = k.view(flat).unbind(0), v.view(flat).unbind(0)
         self._slots = torch.arange(batch, device=positions.device) * row_slots + positions
-        self._reads = (k[:, :, :, :span].transpose(1, 2).unbind(0),
-                       v[:, :, :, :span].transpose(1, 2).unbind(0))
+        self._reads = _row_reads(k, span), _row_reads(v, span)
 
     def write_read(self, layer: int, k: torch.Tensor, v: torch.Tensor
                    ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -239,9 +239,7 @@ class StepKV:
             store.view(layers, heads, kv.num_slots, dim).index_copy_(2, self._write_slots, new)
 
 
-def _layer_reads(pages: torch.Tensor, batch: int, span: int) -> tuple[torch.Tensor, ...]:
-    """``[layers, kv_heads, B * P, page_size, head_dim]`` -> per layer
+def _row_reads(rows: torch.Tensor, span: int) -> tuple[torch.Tensor, ...]:
+    """``[layers, kv_heads, B, row slots, head_dim]`` -> per layer
     ``[B, kv_heads, span, head_dim]`` views."""
-    layers, heads, _, _, dim = pages.shape
-    rows = pages.reshape(layers, heads, batch, -1, dim)[:, :, :, :span]
-    return rows.transpose(1, 2).unbind(0)
+    return rows[:, :, :, :span].transpose(1, 2).unbind(0)
