@@ -37,6 +37,8 @@ class KVStorage:
         self.num_layers = num_layers
         self.num_pages = num_pages
         self.page_size = page_size
+        self.page_bytes = num_kv_heads * page_size * head_dim * dtype.itemsize
+        """Bytes of one page of one layer, K or V."""
         shape = (num_layers, num_kv_heads, num_pages, page_size, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
@@ -55,11 +57,6 @@ class KVStorage:
     @property
     def num_slots(self) -> int:
         return self.num_pages * self.page_size
-
-    @property
-    def page_bytes(self) -> int:
-        """Bytes of one page of one layer, K or V."""
-        return self.k[0, :, 0].numel() * self.k.element_size()
 
     def layer(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Flat ``[kv_heads, slots, head_dim]`` views (K, V) of one layer; writes go
@@ -200,7 +197,9 @@ class StepKV:
         batch, row_slots = k.shape[2], k.shape[3]
         flat = (layers, k.shape[1], batch * row_slots, k.shape[4])
         self._k_dst, self._v_dst = k.view(flat).unbind(0), v.view(flat).unbind(0)
-        self._slots = torch.arange(batch, device=positions.device) * row_slots + positions
+        # Row b's new token goes to slot b * row_slots + its position of the copy.
+        self._slots = positions if batch == 1 else (
+            torch.arange(batch, device=positions.device) * row_slots + positions)
         self._reads = _row_reads(k, span), _row_reads(v, span)
 
     def write_read(self, layer: int, k: torch.Tensor, v: torch.Tensor

@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -36,10 +36,11 @@ class ScriptedLayers:
     """Runs every layer of a decode step (see `engine.model.decode_one_token`) in one
     TorchScript call. Build with `ScriptedLayers.build`; call through `run`."""
 
-    def __init__(self, function: Any, weights: tuple[Any, ...], group: int) -> None:
-        self._function = function
-        self._weights = weights
-        self._group = group
+    def __init__(self, module: Any) -> None:
+        self._module = module
+        """The scripted `_Int4Layers`: it holds the weights, so a call passes only the
+        step's tensors (passing ~420 weight tensors converted them on every call: ~70 us
+        of a ~6 ms step)."""
 
     @classmethod
     def build(cls, layers: Sequence[Any]) -> ScriptedLayers | None:
@@ -53,21 +54,22 @@ class ScriptedLayers:
         groups = {lin.group for lin in linears}
         if len(groups) != 1:
             return None
-        weights: list[list[Any]] = [[layer.attn_norm for layer in layers],
-                                    [layer.mlp_norm for layer in layers]]
+        lists = {"attn_norm": [layer.attn_norm for layer in layers],
+                 "mlp_norm": [layer.mlp_norm for layer in layers]}
         for name in ("qkv", "o", "gate_up", "down"):
             lins = [getattr(layer, name) for layer in layers]
-            weights += [[lin.packed for lin in lins], [lin.scales_and_zeros for lin in lins],
-                        [lin.bias for lin in lins]]
+            lists[f"{name}_w"] = [lin.packed for lin in lins]
+            lists[f"{name}_sz"] = [lin.scales_and_zeros for lin in lins]
+            lists[f"{name}_b"] = [lin.bias for lin in lins]
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DeprecationWarning)  # see the module docstring
-                function = torch.jit.script(_int4_layers)
+                module = torch.jit.script(_Int4Layers(lists, groups.pop()))
         except Exception as exc:  # an unexpected TorchScript failure: the Python loop runs
             log.warning("decode step: TorchScript unavailable (%s: %s); using the Python loop",
                         type(exc).__name__, exc)
             return None
-        return cls(function, tuple(weights), groups.pop())
+        return cls(module)
 
     def covers(self, batch: int) -> bool:
         """Whether a step of `batch` rows runs here (fewer rows than take the dense copy)."""
@@ -79,10 +81,48 @@ class ScriptedLayers:
             attn_mask: torch.Tensor | None, eps: torch.Tensor, *, heads: int, kv_heads: int,
             dim: int, groups: int) -> torch.Tensor:
         """The residual stream after the last layer; `views` from `StepKV.layer_views`."""
-        result: torch.Tensor = self._function(
-            x, *self._weights, self._group, cos, sin, *views, attn_mask, eps, heads,
-            kv_heads, dim, groups, dim ** -0.5)
+        result: torch.Tensor = self._module.forward(
+            x, cos, sin, *views, attn_mask, eps, heads, kv_heads, dim, groups, dim ** -0.5)
         return result
+
+
+class _Int4Layers(torch.nn.Module):
+    """Every layer's norms and int4 projections, as lists by kind, for `_int4_layers`."""
+
+    if TYPE_CHECKING:  # for mypy only: TorchScript cannot read postponed annotations here
+        attn_norm: list[torch.Tensor]
+        mlp_norm: list[torch.Tensor]
+        qkv_w: list[torch.Tensor]
+        qkv_sz: list[torch.Tensor]
+        qkv_b: list[torch.Tensor | None]
+        o_w: list[torch.Tensor]
+        o_sz: list[torch.Tensor]
+        o_b: list[torch.Tensor | None]
+        gate_up_w: list[torch.Tensor]
+        gate_up_sz: list[torch.Tensor]
+        gate_up_b: list[torch.Tensor | None]
+        down_w: list[torch.Tensor]
+        down_sz: list[torch.Tensor]
+        down_b: list[torch.Tensor | None]
+
+
+    def __init__(self, lists: dict[str, list[Any]], group: int) -> None:
+        super().__init__()
+        for name, values in lists.items():  # biases may be None: typed for TorchScript
+            kind = list[torch.Tensor | None] if name.endswith("_b") else list[torch.Tensor]
+            setattr(self, name, torch.jit.Attribute(values, kind))
+        self.group = group
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                k_dst: list[torch.Tensor], v_dst: list[torch.Tensor], slots: torch.Tensor,
+                k_read: list[torch.Tensor], v_read: list[torch.Tensor],
+                attn_mask: torch.Tensor | None, eps: torch.Tensor, heads: int, kv_heads: int,
+                dim: int, groups: int, scale: float) -> torch.Tensor:
+        return _int4_layers(
+            x, self.attn_norm, self.mlp_norm, self.qkv_w, self.qkv_sz, self.qkv_b, self.o_w,
+            self.o_sz, self.o_b, self.gate_up_w, self.gate_up_sz, self.gate_up_b,
+            self.down_w, self.down_sz, self.down_b, self.group, cos, sin, k_dst, v_dst,
+            slots, k_read, v_read, attn_mask, eps, heads, kv_heads, dim, groups, scale)
 
 
 # TorchScript source: the same calls, in the same order, as the Python loop in

@@ -12,7 +12,7 @@ import torch
 
 from engine.errors import EngineError, UnsupportedModelError
 from engine.loader import eos_token_ids_for, load_runner, resolve_dtype
-from engine.model import rope_inv_freq
+from engine.model import RopeTables, rope_inv_freq
 from engine.model_config import ModelConfig
 
 
@@ -66,6 +66,23 @@ def test_rope_scaling_matches_transformers(scaling: dict[str, Any]) -> None:
     assert torch.equal(rope_inv_freq(ours), ref.float())
     assert not torch.equal(rope_inv_freq(ours), rope_inv_freq(ModelConfig.from_hf(
         llama_namespace())))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_rope_tables_grow_and_match_tables_computed_per_step(dtype: torch.dtype) -> None:
+    """The looked-up cos / signed sin are the values a step would compute for its own
+    positions, before and after the tables grow past their first size."""
+    inv_freq = rope_inv_freq(ModelConfig.from_hf(llama_namespace()))
+    tables = RopeTables(inv_freq, dtype)
+    for positions in ([0, 3], [255], [256, 1000], [7]):
+        pos = torch.tensor(positions)
+        freqs = pos[:, None, None].float() * inv_freq
+        want_cos = torch.cat((freqs.cos(), freqs.cos()), dim=-1).to(dtype)
+        want_sin = torch.cat((-freqs.sin(), freqs.sin()), dim=-1).to(dtype)
+        cos, sin = tables.lookup(pos)
+        assert cos.shape == sin.shape == (len(positions), 1, 2 * inv_freq.shape[0])
+        assert torch.equal(cos, want_cos) and torch.equal(sin, want_sin)
+        assert cos.dtype == dtype
 
 
 def test_unsupported_architecture_names_model_type() -> None:
