@@ -275,7 +275,7 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
     x = w.embed.index_select(0, token_ids).float()  # the float32 residual stream
     cos, sin = w.rope.lookup(positions)  # [B, 1, head_dim]
     step = StepKV(kv, read_pages, span, write_slots, positions)
-    attn_mask = None if mask is None else mask[:, None, None, :]
+    attn_mask = None if mask is None else _additive(mask[:, None, None, :], dtype)
     eps, scale = w.eps, dim ** -0.5
     views = step.layer_views() if scripted is not None and scripted.covers(batch) else None
     if scripted is not None and views is not None:
@@ -364,6 +364,14 @@ def _mlp(layer: LayerWeights, h: torch.Tensor) -> torch.Tensor:
 
 def _logits(cfg: ModelConfig, w: ModelWeights, hidden: torch.Tensor) -> torch.Tensor:
     return w.lm_head(_rms_norm(hidden, w.norm, w.eps, w.dtype))
+
+
+def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """A boolean attention mask (True = attend) as the additive one SDPA makes of it (0 and
+    -inf in the compute dtype), made once per step instead of in each layer's SDPA call:
+    the same values, so the same results."""
+    return torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+        mask.logical_not(), float("-inf"))
 
 
 def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: torch.Tensor, dtype: torch.dtype
