@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -269,6 +270,17 @@ def ratio(a: float | None, b: float | None, *, inverse: bool = False) -> str:
     return f"{(b / a if inverse else a / b):5.2f}x"
 
 
+def per_round(ours: list[float], peer: list[float | None]) -> str:
+    """The median over rounds of ours / peer, each round's pair measured in the same
+    stretch of time, with its range: on a shared host whose speed drifts by tens of
+    percent, steadier than a ratio of each side's best round."""
+    pairs = [a / b for a, b in zip(ours, peer, strict=False) if b]
+    if not pairs:
+        return "   -  "
+    return (f"{statistics.median(pairs):5.2f}x (rounds {min(pairs):.2f}-{max(pairs):.2f}, "
+            f"n={len(pairs)})")
+
+
 def fmt(value: float | None, spec: str) -> str:
     width = int(spec.split(".")[0] or 0)
     return "-".rjust(width) if value is None else format(value, spec)
@@ -398,6 +410,16 @@ def main(argv: list[str] | None = None) -> int:
         b1 = row.decode or 0
         print(f"  {row.name}: concurrent/own batch-1 {ratio(row.concurrent, b1)}; "
               + "; ".join(parts))
+
+    if len(llama_rounds) > 1 or len(next(iter(rounds.values()), {}).get("decode", [])) > 1:
+        print("\nper round (median of each round's ratio, the pair measured back to back):")
+        llama_decode = [r.decode for r in llama_rounds]
+        for name, r in rounds.items():
+            if name == "hf":
+                continue
+            own = [c / d for c, d in zip(r["concurrent"], r["decode"], strict=True)]
+            print(f"  ours {name}: decode vs llama.cpp {per_round(r['decode'], llama_decode)}; "
+                  f"concurrent/own batch-1 {per_round(own, [1.0] * len(own))}")
 
     if args.profile:
         print("\nprofile of one batch-1 decode step (8 steps after a 300-token prompt):")
