@@ -273,7 +273,7 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
     heads, kv_heads, dim, groups = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, cfg.kv_groups
     rotated = heads + kv_heads
     x = w.embed.index_select(0, token_ids).float()  # the float32 residual stream
-    cos, sin = w.rope.lookup(positions)  # [B, 1, head_dim]
+    cos, sin = w.rope.lookup(positions, span)  # [B, 1, head_dim]
     step = StepKV(kv, read_pages, span, write_slots, positions)
     attn_mask = None if mask is None else _additive(mask[:, None, None, :], dtype)
     eps, scale = w.eps, dim ** -0.5
@@ -305,7 +305,7 @@ def _forward(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.
     # The residual stream stays in float32 whatever the compute dtype (as llama.cpp
     # keeps it): the norms read it directly and the branches' outputs add into it.
     x = F.embedding(token_ids, w.embed).float()
-    cos, sin = w.rope.lookup(positions)  # [N, 1, head_dim]
+    cos, sin = w.rope.lookup(positions, max(part.span for part in parts))  # [N, 1, head_dim]
     if cfg.kv_groups > 1:  # query rows are (group, t) after folding the groups in
         parts = [part._replace(mask=part.mask.repeat(cfg.kv_groups, 1))
                  if part.mask is not None and part.rows.stop - part.rows.start > 1 else part
@@ -401,10 +401,11 @@ class RopeTables:
         self._cos = self._sin = torch.empty(0, 1, 2 * inv_freq.shape[0], dtype=dtype,
                                             device=inv_freq.device)
 
-    def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin ``[*positions.shape, 1, head_dim]`` for int64 `positions`."""
+    def lookup(self, positions: torch.Tensor, end: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin ``[*positions.shape, 1, head_dim]`` for int64 `positions`, all below
+        `end` (given by the caller, who knows it: reading it off a device tensor would
+        wait for the device)."""
         flat = positions.reshape(-1)
-        end = int(flat.max()) + 1 if flat.numel() else 0
         if end > self._cos.shape[0]:
             self._grow(max(end, 2 * self._cos.shape[0], 256))
         shape = (*positions.shape, 1, self._cos.shape[-1])

@@ -79,7 +79,7 @@ def test_rope_tables_grow_and_match_tables_computed_per_step(dtype: torch.dtype)
         freqs = pos[:, None, None].float() * inv_freq
         want_cos = torch.cat((freqs.cos(), freqs.cos()), dim=-1).to(dtype)
         want_sin = torch.cat((-freqs.sin(), freqs.sin()), dim=-1).to(dtype)
-        cos, sin = tables.lookup(pos)
+        cos, sin = tables.lookup(pos, max(positions) + 1)
         assert cos.shape == sin.shape == (len(positions), 1, 2 * inv_freq.shape[0])
         assert torch.equal(cos, want_cos) and torch.equal(sin, want_sin)
         assert cos.dtype == dtype
