@@ -87,13 +87,13 @@ class KVStorage:
         if self._mirror is None or len(held) != batch or self._capacity < width:
             most = GATHER_ALL_BYTES // (2 * layers * self.page_bytes * batch)
             self._capacity = max(width, min(width + max(8, width // 2), most))
-            need = layers * heads * batch * self._capacity * page * dim
-            if self._mirror is None or self._mirror[0].numel() < need:
-                self._mirror = tuple(torch.empty(need, dtype=store.dtype, device=store.device)
-                                     for store in (self.k, self.v))  # type: ignore[assignment]
             held = [[] for _ in range(batch)]
-        assert self._mirror is not None
         capacity = self._capacity
+        size = layers * heads * batch * capacity * page * dim
+        if self._mirror is None or self._mirror[0].numel() < size:
+            self._mirror = tuple(torch.empty(size, dtype=store.dtype, device=store.device)
+                                 for store in (self.k, self.v))  # type: ignore[assignment]
+        assert self._mirror is not None
         sources: list[int] = []
         targets: list[int] = []
         for b, (now, had) in enumerate(zip(ids, held, strict=True)):
@@ -104,7 +104,6 @@ class KVStorage:
                 same += 1
             sources += now[same:]
             targets += range(b * capacity + same, b * capacity + width)
-        size = layers * heads * batch * capacity * page * dim
         copies = [buffer[:size].view(layers * heads, batch * capacity, page * dim)
                   for buffer in self._mirror]
         if sources:

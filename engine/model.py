@@ -77,9 +77,8 @@ class ModelWeights:
     layers: tuple[LayerWeights, ...]
     norm: torch.Tensor
     lm_head: Linear
-    inv_freq: torch.Tensor
-    """float32 ``[head_dim // 2]`` RoPE inverse frequencies (scaling already applied)."""
     rope: RopeTables
+    """RoPE's cos / sin by position (inverse frequencies from `rope_inv_freq`)."""
     eps: torch.Tensor
     """The norms' epsilon, a 0-dim float32 tensor (as `_rms_norm` takes it)."""
 
@@ -181,14 +180,12 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
         embed = get("model.embed_tokens.weight")
         if fmt == "bf16":
             embed = embed.to(torch.bfloat16).to(dtype)
-    inv_freq = rope_inv_freq(cfg).to(dev)
     return ModelWeights(
         embed=embed,
         layers=layers,
         norm=get_f32("model.norm.weight"),
         lm_head=lm_head,
-        inv_freq=inv_freq,
-        rope=RopeTables(inv_freq, dtype),
+        rope=RopeTables(rope_inv_freq(cfg).to(dev), dtype),
         eps=torch.full((), cfg.rms_norm_eps, dtype=torch.float32, device=dev),
     )
 

@@ -87,7 +87,8 @@ class ScriptedLayers:
 
 
 class _Int4Layers(torch.nn.Module):
-    """Every layer's norms and int4 projections, as lists by kind, for `_int4_layers`."""
+    """Every layer's norms and int4 projections, as lists by kind, and the decode step's
+    layer loop over them."""
 
     if TYPE_CHECKING:  # for mypy only: TorchScript cannot read postponed annotations here
         attn_norm: list[torch.Tensor]
@@ -105,7 +106,6 @@ class _Int4Layers(torch.nn.Module):
         down_sz: list[torch.Tensor]
         down_b: list[torch.Tensor | None]
 
-
     def __init__(self, lists: dict[str, list[Any]], group: int) -> None:
         super().__init__()
         for name, values in lists.items():  # biases may be None: typed for TorchScript
@@ -118,16 +118,35 @@ class _Int4Layers(torch.nn.Module):
                 k_read: list[torch.Tensor], v_read: list[torch.Tensor],
                 attn_mask: torch.Tensor | None, eps: torch.Tensor, heads: int, kv_heads: int,
                 dim: int, groups: int, scale: float) -> torch.Tensor:
-        return _int4_layers(
-            x, self.attn_norm, self.mlp_norm, self.qkv_w, self.qkv_sz, self.qkv_b, self.o_w,
-            self.o_sz, self.o_b, self.gate_up_w, self.gate_up_sz, self.gate_up_b,
-            self.down_w, self.down_sz, self.down_b, self.group, cos, sin, k_dst, v_dst,
-            slots, k_read, v_read, attn_mask, eps, heads, kv_heads, dim, groups, scale)
+        # The same calls, in the same order, as the Python loop in
+        # engine.model.decode_one_token (with _rms_norm, _apply_rope, StepKV.write_read,
+        # _mlp and Int4Linear.__call__ inlined), so the logits are bitwise the same.
+        batch = x.shape[0]
+        dtype = cos.dtype
+        rotated = heads + kv_heads
+        group = self.group
+        for i in range(len(self.qkv_w)):
+            h = _rms(x, self.attn_norm[i], eps, dtype)
+            qkv = _linear(h, self.qkv_w[i], self.qkv_sz[i], self.qkv_b[i], group).view(
+                batch, -1, dim)
+            rot = qkv[:, :rotated]
+            qk = torch.addcmul(rot * cos, rot.roll(dim // 2, -1), sin)
+            k_dst[i].index_copy_(1, slots, qk[:, heads:].transpose(0, 1))
+            v_dst[i].index_copy_(1, slots, qkv[:, rotated:].transpose(0, 1))
+            out = F.scaled_dot_product_attention(
+                qk[:, :heads].view(batch, kv_heads, groups, dim), k_read[i], v_read[i],
+                attn_mask=attn_mask, scale=scale)
+            x = x + _linear(out.reshape(batch, heads * dim), self.o_w[i], self.o_sz[i],
+                            self.o_b[i], group)
+            gate_up = _linear(_rms(x, self.mlp_norm[i], eps, dtype), self.gate_up_w[i],
+                              self.gate_up_sz[i], self.gate_up_b[i], group)
+            gate, up = gate_up.chunk(2, dim=-1)
+            x = x + _linear(F.silu(gate) * up, self.down_w[i], self.down_sz[i],
+                            self.down_b[i], group)
+        return x
 
 
-# TorchScript source: the same calls, in the same order, as the Python loop in
-# engine.model.decode_one_token (with _rms_norm, _apply_rope, StepKV.write_read, _mlp and
-# Int4Linear.__call__ inlined), so the logits are bitwise the same.
+# Helpers of `_Int4Layers.forward` (scripted with it).
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: torch.Tensor, dtype: torch.dtype
          ) -> torch.Tensor:
@@ -142,38 +161,3 @@ def _linear(x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tenso
     if bias is not None:
         y = y + bias
     return y
-
-
-def _int4_layers(x: torch.Tensor, attn_norm: list[torch.Tensor], mlp_norm: list[torch.Tensor],
-                 qkv_w: list[torch.Tensor], qkv_sz: list[torch.Tensor],
-                 qkv_b: list[torch.Tensor | None],
-                 o_w: list[torch.Tensor], o_sz: list[torch.Tensor],
-                 o_b: list[torch.Tensor | None],
-                 gu_w: list[torch.Tensor], gu_sz: list[torch.Tensor],
-                 gu_b: list[torch.Tensor | None],
-                 dn_w: list[torch.Tensor], dn_sz: list[torch.Tensor],
-                 dn_b: list[torch.Tensor | None],
-                 group: int, cos: torch.Tensor, sin: torch.Tensor,
-                 k_dst: list[torch.Tensor], v_dst: list[torch.Tensor], slots: torch.Tensor,
-                 k_read: list[torch.Tensor], v_read: list[torch.Tensor],
-                 attn_mask: torch.Tensor | None, eps: torch.Tensor,
-                 heads: int, kv_heads: int, dim: int, groups: int, scale: float
-                 ) -> torch.Tensor:
-    batch = x.shape[0]
-    dtype = cos.dtype
-    rotated = heads + kv_heads
-    for i in range(len(qkv_w)):
-        h = _rms(x, attn_norm[i], eps, dtype)
-        qkv = _linear(h, qkv_w[i], qkv_sz[i], qkv_b[i], group).view(batch, -1, dim)
-        rot = qkv[:, :rotated]
-        qk = torch.addcmul(rot * cos, rot.roll(dim // 2, -1), sin)
-        k_dst[i].index_copy_(1, slots, qk[:, heads:].transpose(0, 1))
-        v_dst[i].index_copy_(1, slots, qkv[:, rotated:].transpose(0, 1))
-        out = F.scaled_dot_product_attention(
-            qk[:, :heads].view(batch, kv_heads, groups, dim), k_read[i], v_read[i],
-            attn_mask=attn_mask, scale=scale)
-        x = x + _linear(out.reshape(batch, heads * dim), o_w[i], o_sz[i], o_b[i], group)
-        gate_up = _linear(_rms(x, mlp_norm[i], eps, dtype), gu_w[i], gu_sz[i], gu_b[i], group)
-        gate, up = gate_up.chunk(2, dim=-1)
-        x = x + _linear(F.silu(gate) * up, dn_w[i], dn_sz[i], dn_b[i], group)
-    return x
