@@ -270,15 +270,14 @@ def ratio(a: float | None, b: float | None, *, inverse: bool = False) -> str:
     return f"{(b / a if inverse else a / b):5.2f}x"
 
 
-def per_round(ours: list[float], peer: list[float | None]) -> str:
-    """The median over rounds of ours / peer, each round's pair measured in the same
-    stretch of time, with its range: on a shared host whose speed drifts by tens of
-    percent, steadier than a ratio of each side's best round."""
-    pairs = [a / b for a, b in zip(ours, peer, strict=False) if b]
-    if not pairs:
+def spread(ratios: list[float]) -> str:
+    """The median of per-round ratios, each round's pair measured in the same stretch of
+    time, with their range: on a shared host whose speed drifts by tens of percent,
+    steadier than a ratio of each side's best round."""
+    if not ratios:
         return "   -  "
-    return (f"{statistics.median(pairs):5.2f}x (rounds {min(pairs):.2f}-{max(pairs):.2f}, "
-            f"n={len(pairs)})")
+    return (f"{statistics.median(ratios):5.2f}x (rounds {min(ratios):.2f}-{max(ratios):.2f}, "
+            f"n={len(ratios)})")
 
 
 def fmt(value: float | None, spec: str) -> str:
@@ -411,15 +410,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {row.name}: concurrent/own batch-1 {ratio(row.concurrent, b1)}; "
               + "; ".join(parts))
 
-    if len(llama_rounds) > 1 or len(next(iter(rounds.values()), {}).get("decode", [])) > 1:
+    if args.repeat > 1:
         print("\nper round (median of each round's ratio, the pair measured back to back):")
-        llama_decode = [r.decode for r in llama_rounds]
         for name, r in rounds.items():
             if name == "hf":
                 continue
+            vs_llama = [ours / peer.decode for ours, peer in zip(r["decode"], llama_rounds,
+                                                                  strict=True) if peer.decode]
             own = [c / d for c, d in zip(r["concurrent"], r["decode"], strict=True)]
-            print(f"  ours {name}: decode vs llama.cpp {per_round(r['decode'], llama_decode)}; "
-                  f"concurrent/own batch-1 {per_round(own, [1.0] * len(own))}")
+            print(f"  ours {name}: decode vs llama.cpp {spread(vs_llama)}; "
+                  f"concurrent/own batch-1 {spread(own)}")
 
     if args.profile:
         print("\nprofile of one batch-1 decode step (8 steps after a 300-token prompt):")
