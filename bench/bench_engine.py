@@ -9,8 +9,8 @@ was converted from). Per weight format:
 - concurrent: N sequences x M tokens, aggregate tokens/s (prompt prefill included);
 - TTFT: time to first token of a 40-token user turn on a cached ~500-token history
   (ours computes only the new turn; transformers re-reads the history);
-- quality: perplexity on `engine.quality.fixed_text` and greedy agreement (20 prompts x 64
-  tokens) against our fp32.
+- quality: perplexity on `engine.quality.fixed_text` (prefill) and greedy agreement (20
+  prompts x 64 tokens, decoded 8 at a time as the engine batches them) against our fp32.
 
     .venv/bin/python bench/bench_engine.py [--formats fp32,bf16,int8,int4]
         [--llama-bench PATH] [--gguf FILE] [--threads 2] [--no-quality] [--model DIR]
@@ -428,7 +428,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not args.no_quality and "fp32" in runners:
         print("\nquality vs ours fp32 (perplexity on engine.quality.fixed_text; greedy "
-              f"20 prompts x {args.quality_tokens} tokens):")
+              f"20 prompts x {args.quality_tokens} tokens, decoded 8 at a time):")
         text = [int(t) for t in tokenizer.encode(fixed_text())]
         qprompts = [chat([{"role": "user", "content": q}]) for q in quality_prompts(20)]
         reference = greedy_tokens(runners["fp32"], qprompts, args.quality_tokens)

@@ -41,6 +41,7 @@ from engine.quantize import (
     format_for_linear,
     linear_from_quantized,
     quantize_linear,
+    vnni_int8_for,
 )
 from engine.scripted_step import ScriptedLayers
 
@@ -156,7 +157,8 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
                 weight, format_for_linear(name, fmt))
             assert tensors is not None
             linears[name] = linear_from_quantized(tensors, bias, device=dev, dtype=dtype,
-                                                  dense=dense_prefill)
+                                                  dense=dense_prefill,
+                                                  vnni=vnni_int8_for(name, fmt, dev))
         elif fmt == "bf16":
             linears[name] = bf16_linear(weight, bias, device=dev)
         else:

@@ -105,23 +105,34 @@ def perplexity(runner: PagedRunner, token_ids: Sequence[int], *, chunk: int = 51
     return math.exp(total / (len(ids) - 1))
 
 
-def greedy_tokens(runner: PagedRunner, prompts: Sequence[Sequence[int]], count: int
-                  ) -> list[list[int]]:
-    """`count` greedy tokens after each prompt, all prompts decoded as one batch (each
-    prompt on its own run of pages)."""
+def greedy_tokens(runner: PagedRunner, prompts: Sequence[Sequence[int]], count: int, *,
+                  batch: int = 8) -> list[list[int]]:
+    """`count` greedy tokens after each prompt (each prompt on its own run of pages),
+    decoded `batch` prompts at a time: the engine's default ``max_batch``, so the steps
+    take the kernels a served decode takes (20 rows at once would take the prefill path's
+    dense copy, see `engine.quantize.DENSE_ROWS`)."""
+    return _argmax_tokens(runner, prompts, count, batch, None)
+
+
+def _argmax_tokens(runner: PagedRunner, prompts: Sequence[Sequence[int]], count: int,
+                   batch: int, forced: Sequence[Sequence[int]] | None) -> list[list[int]]:
+    """The argmax after each prompt and after each of the next ``count - 1`` tokens, which
+    are the argmaxes themselves, or `forced`'s tokens (teacher forcing) when given."""
     width = -(-max(len(p) + count for p in prompts) // runner.page_size)
     if width * len(prompts) > runner.num_pages:
         raise ValueError(f"need {width * len(prompts)} pages, runner has {runner.num_pages}")
     tables = [list(range(i * width, (i + 1) * width)) for i in range(len(prompts))]
-    nxt = [int(runner.prefill(table, 0, list(p))[-1].argmax())
+    out = [[int(runner.prefill(table, 0, list(p))[-1].argmax())]
            for table, p in zip(tables, prompts, strict=True)]
-    out: list[list[int]] = [[t] for t in nxt]
-    for step in range(count - 1):
-        items = [DecodeItem(table, len(p) + step, row[-1])
-                 for table, p, row in zip(tables, prompts, out, strict=True)]
-        logits = runner.decode(items)
-        for row, token in zip(out, logits.argmax(dim=-1).tolist(), strict=True):
-            row.append(int(token))
+    feed = out if forced is None else forced
+    for first in range(0, len(prompts), batch):
+        group = range(first, min(first + batch, len(prompts)))
+        for step in range(count - 1):
+            items = [DecodeItem(tables[i], len(prompts[i]) + step, feed[i][step])
+                     for i in group]
+            logits = runner.decode(items)
+            for i, token in zip(group, logits.argmax(dim=-1).tolist(), strict=True):
+                out[i].append(int(token))
     return out
 
 
@@ -136,15 +147,16 @@ class Agreement:
     """Mean over prompts of (common prefix with the reference) / tokens."""
     teacher_forced: float
     """Fraction of positions where the argmax equals the reference's next token when both
-    read the reference continuation (no compounding after a first flip)."""
+    read the reference continuation, a decode step per token (no compounding after a
+    first flip)."""
 
 
 def greedy_agreement(runner: PagedRunner, reference: Sequence[Sequence[int]],
-                     prompts: Sequence[Sequence[int]]) -> Agreement:
+                     prompts: Sequence[Sequence[int]], *, batch: int = 8) -> Agreement:
     """Compare `runner`'s greedy continuations with `reference` (one per prompt, e.g. from
-    fp32 via `greedy_tokens`)."""
+    fp32 via `greedy_tokens`), both decoded `batch` prompts at a time."""
     count = len(reference[0])
-    ours = greedy_tokens(runner, prompts, count)
+    ours = greedy_tokens(runner, prompts, count, batch=batch)
     identical = 0
     prefix = 0
     for mine, ref in zip(ours, reference, strict=True):
@@ -152,13 +164,9 @@ def greedy_agreement(runner: PagedRunner, reference: Sequence[Sequence[int]],
                     count)
         prefix += same
         identical += same == count
-    matches = 0
-    pages = list(range(-(-max(len(p) + count for p in prompts) // runner.page_size)))
-    for prompt, ref in zip(prompts, reference, strict=True):
-        ids = list(prompt) + list(ref)
-        logits = runner.prefill(pages, 0, ids[:-1], all_logits=True)[len(prompt) - 1:]
-        matches += sum(int(a == b) for a, b in zip(logits.argmax(-1).tolist(), ref,
-                                                   strict=True))
+    forced = _argmax_tokens(runner, prompts, count, batch, reference)
+    matches = sum(int(a == b) for mine, ref in zip(forced, reference, strict=True)
+                  for a, b in zip(mine, ref, strict=True))
     n = len(prompts)
     return Agreement(prompts=n, tokens=count, identical=identical,
                      prefix_fraction=prefix / (n * count),

@@ -29,6 +29,7 @@ from engine.quantize import (
     linear_from_quantized,
     quantize_linear,
     resolve_weight_format,
+    vnni_int8_for,
 )
 from engine.runner import DecodeItem
 from engine.weight_cache import ALIGN, cache_path, load_or_quantize
@@ -101,6 +102,45 @@ def test_the_dense_copy_is_kept_where_the_cpu_multiplies_bfloat16(
         assert not dense_prefill_for("auto", "cuda") and dense_prefill_for("always", "cuda")
 
 
+def test_the_int8_output_projection_keeps_a_vnni_copy_on_cpus_with_vnni(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    fbgemm = "fbgemm" in torch.backends.quantized.supported_engines
+    for vnni in (True, False):
+        monkeypatch.setattr(torch.cpu, "_is_vnni_supported", lambda vnni=vnni: vnni)
+        for fmt in ("int8", "int4"):
+            assert vnni_int8_for("lm_head", cast(Any, fmt), "cpu") is (vnni and fbgemm)
+            assert not vnni_int8_for("layers.0.down", cast(Any, fmt), "cpu")
+            assert not vnni_int8_for("lm_head", cast(Any, fmt), "cuda")
+        assert not vnni_int8_for("lm_head", "fp32", "cpu")
+        assert not vnni_int8_for("lm_head", "bf16", "cpu")
+
+
+@pytest.mark.skipif("fbgemm" not in torch.backends.quantized.supported_engines,
+                    reason="fbgemm's int8 kernels are not in this torch build")
+def test_the_vnni_copy_serves_few_rows_and_the_dense_copy_many() -> None:
+    gen = torch.Generator().manual_seed(3)
+    weight, bias = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
+    tensors = quantize_linear(weight, "int8")
+    assert tensors is not None
+    plain = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16)
+    fast = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16,
+                                 dense=True, vnni=True)
+    assert isinstance(fast, Int8Linear) and fast.vnni is not None
+    assert isinstance(plain, Int8Linear) and plain.vnni is None
+    for rows in (1, 4, DENSE_ROWS - 1):
+        x = torch.randn(rows, 64, generator=gen).bfloat16()
+        out = fast(x)
+        assert out.shape == (rows, 96) and out.dtype == torch.bfloat16
+        ref = x.float() @ dequantize(tensors).t() + bias
+        assert float((out.float() - ref).abs().max()) < 0.03 * float(ref.abs().max())
+        # Not the bfloat16 kernel's result: the activations were quantized to uint8.
+        assert not torch.equal(out, plain(x))
+    assert fast(torch.randn(2, 3, 64, generator=gen).bfloat16()).shape == (2, 3, 96)
+    many = torch.randn(DENSE_ROWS, 64, generator=gen).bfloat16()
+    assert fast.dense is not None
+    assert torch.equal(fast(many), F.linear(many, fast.dense) + bias.bfloat16())
+
+
 def test_int4_with_inputs_not_a_multiple_of_the_group_falls_back_to_int8() -> None:
     tensors = quantize_linear(torch.randn(8, 48), "int4")
     assert tensors is not None and "q" in tensors
@@ -151,6 +191,8 @@ def test_tiny_models_in_each_format_stay_close_to_fp32(tiny_llama: Any, tiny_qwe
         low = runner_from_hf_model(hf_model, page_size=4, num_pages=16, weights=fmt,
                                    dense_prefill=dense)  # 22 rows: the copy when kept
         assert low.dtype == compute_dtype_for(fmt) == low.kv.k.dtype
+        vnni = getattr(low.weights.lm_head, "vnni", None) is not None
+        assert vnni is vnni_int8_for("lm_head", fmt)  # decode steps below use it if kept
         ref = exact.prefill(table, 0, ids, all_logits=True)
         ours = low.prefill(table, 0, ids[:-2], all_logits=True)
         for pos in (len(ids) - 2, len(ids) - 1):  # decode steps on the same cache
