@@ -128,12 +128,13 @@ def vnni_int8_for(name: str, fmt: WeightFormat, device: torch.device | str = "cp
     call) and multiplies with VNNI int8 dot products, as llama.cpp's Q8_0 matmul does
     (activations in blocks of 32 there); ``_weight_int8pack_mm`` converts every weight to
     float and is compute-bound. Measured on a 2-core EPYC for SmolLM2's 49,152 x 576
-    ``lm_head`` out of cache: one row 0.39 vs 0.93 ms, eight rows 0.67 vs 1.94 ms. Against
-    float32 logits over 3,000 positions of `engine.quality.fixed_text`: top-1 98.2% (98.6%
-    for the bfloat16 kernel), perplexity +0.18% (+0.27%). Not for the other layers: their
-    inputs have larger outliers, and the int8 format decoding with it lost 1.4% perplexity
-    (1.0% without) and 3 points of top-1. Without VNNI, fbgemm's uint8 x int8 products
-    saturate in 16 bits, so other CPUs keep the bfloat16 kernel."""
+    ``lm_head`` (two copies alternating, more than the L3 holds): one row 0.39 vs 0.93 ms,
+    eight rows 0.67 vs 1.94 ms; with the cache flushed, one row is memory-bound and they
+    tie. Against float32 logits over 3,000 positions of `engine.quality.fixed_text`: top-1
+    98.2% (98.6% for the bfloat16 kernel), perplexity +0.18% (+0.27%). Not for the other
+    layers: their inputs have larger outliers, and the int8 format decoding with it lost
+    1.4% perplexity (1.0% without) and 3 points of top-1. Without VNNI, fbgemm's uint8 x
+    int8 products saturate in 16 bits, so other CPUs keep the bfloat16 kernel."""
     return (name == "lm_head" and fmt in ("int8", "int4")
             and torch.device(device).type == "cpu" and torch.cpu._is_vnni_supported()
             and "fbgemm" in torch.backends.quantized.supported_engines)
