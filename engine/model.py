@@ -260,7 +260,8 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
     positions 0 .. span-1 of each sequence (rows padded with any valid page), or for
     B = 1 the first of P consecutive pages that hold them (read in place); mask: bool
     ``[B, span]`` (True = attend), or None when every row attends to all span positions.
-    Returns logits ``[B, vocab]`` in the compute dtype.
+    Returns logits ``[B, vocab]`` in the compute dtype (float32 from an output projection
+    with a VNNI copy, see `engine.quantize.vnni_int8_for`).
 
     Activations are ``[B, features]`` (no length axis) and every layer-independent piece
     (RoPE tables, K/V views, see `StepKV`) is set up once per step: at batch 1 the step's

@@ -252,7 +252,7 @@ class Int8Linear(Linear):
     more (see `dense_prefill_for`)."""
     vnni: Any = None
     """fbgemm's packed copy of `weight` (see `vnni_int8_for`), for calls of fewer than
-    `DENSE_ROWS` rows."""
+    `DENSE_ROWS` rows; they return float32."""
 
     @property
     def in_features(self) -> int:  # type: ignore[override]
@@ -266,7 +266,10 @@ class Int8Linear(Linear):
         if x.dim() != 2:  # the kernels take rows: [..., in] -> [rows, in]
             return self(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
         if self.vnni is not None and x.shape[0] < DENSE_ROWS:
-            y = torch.ops.quantized.linear_dynamic(x.float(), self.vnni).to(x.dtype)
+            # float32 out, as the kernel computes it: the one linear with this copy is the
+            # output projection, whose logits the runner returns in float32 (rounding them
+            # to bfloat16 on the way would cost two conversions and the logits' precision).
+            y = torch.ops.quantized.linear_dynamic(x.float(), self.vnni)
         elif self.dense is not None and x.shape[0] >= DENSE_ROWS:
             y = _dense_matmul(x, self.dense)
         elif self.weight.device.type != "cpu":
