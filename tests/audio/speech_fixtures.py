@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from piper.config import SynthesisConfig
 
 from audio.resample import resample
 from audio.wav import read_wav
@@ -46,9 +47,13 @@ def _trim(pcm: np.ndarray) -> np.ndarray:
     return pcm[loud[0] : loud[-1] + 1] if loud.size else pcm[:0]
 
 
-def synth_piper(voice: Any, text: str) -> Utterance:
-    """Speak ``text`` with a loaded ``piper.PiperVoice``; 16 kHz, trimmed."""
-    parts = [np.asarray(c.audio_float_array, np.float32) for c in voice.synthesize(text)]
+def synth_piper(voice: Any, text: str, *, noise: bool = True) -> Utterance:
+    """Speak ``text`` with a loaded ``piper.PiperVoice``; 16 kHz, trimmed. Piper's VITS
+    samples noise (the voice's timbre and the durations) on every call, so the audio
+    differs from run to run; ``noise=False`` turns both off for the same audio every time."""
+    config = None if noise else SynthesisConfig(noise_scale=0.0, noise_w_scale=0.0)
+    parts = [np.asarray(c.audio_float_array, np.float32)
+             for c in voice.synthesize(text, syn_config=config)]
     audio = np.concatenate(parts)
     rate = int(voice.config.sample_rate)
     pcm = resample(audio, rate, RATE).astype(np.float32)
