@@ -20,8 +20,8 @@ from engine.sequence import Sequence
 if TYPE_CHECKING:
     from engine.detokenize import TokenizerLike
     from engine.job import Job
-    from engine.quantize import DensePrefill
     from engine.runner import ModelRunner
+    from engine.weight_formats import DensePrefill
 
 __all__ = ["Engine"]
 
@@ -53,7 +53,7 @@ class Engine:
         ``int8`` / ``int4``, which also sets the compute dtype; cache_dir: where quantized
         weights are cached (computed on every load when None); dense_prefill: whether
         quantized weights also keep a dense bfloat16 copy for many rows (auto: on CPUs with
-        AMX or AVX512-BF16; see `engine.quantize.dense_prefill_for`)."""
+        AMX or AVX512-BF16; see `engine.weight_formats.dense_prefill_for`)."""
         from engine.loader import load_runner
 
         runner, tokenizer = load_runner(model_path, gguf_file=gguf_file, device=device,

@@ -18,7 +18,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from engine.paged_runner import PagedRunner
-    from engine.quantize import DensePrefill, QuantizedTensors
+    from engine.quantize import QuantizedTensors
+    from engine.weight_formats import DensePrefill
 
 __all__ = ["eos_token_ids_for", "load_runner", "resolve_dtype", "runner_from_hf_model"]
 
@@ -34,15 +35,15 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
     """Load weights and tokenizer from `model_path` (a directory) and build the runner.
 
     weights: None keeps dense weights in `dtype`; ``fp32`` / ``bf16`` / ``int8`` / ``int4``
-    pick a weight format (see `engine.quantize`), which also sets the compute dtype
+    pick a weight format (see `engine.weight_formats`), which also sets the compute dtype
     (float32 for fp32, else bfloat16; `dtype` is then ignored). Quantized weights are
     cached in `cache_dir` when given (see `engine.weight_cache`); `dense_prefill` says
     whether they also keep a dense bfloat16 copy for many rows (see
-    `engine.quantize.dense_prefill_for`)."""
+    `engine.weight_formats.dense_prefill_for`)."""
     import transformers
 
     from engine.model_config import ModelConfig
-    from engine.quantize import compute_dtype_for, resolve_weight_format
+    from engine.weight_formats import compute_dtype_for, resolve_weight_format
 
     path = Path(model_path)
     if not path.is_dir():
@@ -69,8 +70,9 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
     quantized = None
     if fmt in ("int8", "int4") and cache_dir is not None:
         from engine.model import fused_linears
-        from engine.quantize import format_for_linear, quantize_linear
+        from engine.quantize import quantize_linear
         from engine.weight_cache import load_or_quantize
+        from engine.weight_formats import format_for_linear
 
         state = hf_model.state_dict()
         quantized = load_or_quantize(
@@ -99,7 +101,7 @@ def runner_from_hf_model(hf_model: Any, *, device: str = "cpu",
     from engine.model import weights_from_state_dict
     from engine.model_config import ModelConfig
     from engine.paged_runner import PagedRunner
-    from engine.quantize import compute_dtype_for, dense_prefill_for, resolve_weight_format
+    from engine.weight_formats import compute_dtype_for, dense_prefill_for, resolve_weight_format
 
     config = ModelConfig.from_hf(hf_model.config)
     fmt = None if weights is None else resolve_weight_format(weights)

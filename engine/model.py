@@ -36,14 +36,12 @@ from engine.quantize import (
     DenseLinear,
     Linear,
     QuantizedTensors,
-    WeightFormat,
     bf16_linear,
-    format_for_linear,
     linear_from_quantized,
     quantize_linear,
-    vnni_int8_for,
 )
 from engine.scripted_step import ScriptedLayers
+from engine.weight_formats import WeightFormat, format_for_linear, vnni_int8_for
 
 __all__ = [
     "LayerWeights",
@@ -136,7 +134,7 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
     given (see `engine.weight_cache`); ``bf16`` rounds them to bfloat16 (see
     `engine.quantize.bf16_linear`; the embedding table too); otherwise the projections are
     dense in `dtype`. `dense_prefill`: int8/int4 linears also keep a dense bfloat16 copy
-    for many rows (see `engine.quantize.dense_prefill_for`). The embedding table is in
+    for many rows (see `engine.weight_formats.dense_prefill_for`). The embedding table is in
     `dtype`, the norms in float32."""
     dev = torch.device(device)
 
@@ -261,7 +259,7 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
     B = 1 the first of P consecutive pages that hold them (read in place); mask: bool
     ``[B, span]`` (True = attend), or None when every row attends to all span positions.
     Returns logits ``[B, vocab]`` in the compute dtype (float32 from an output projection
-    with a VNNI copy, see `engine.quantize.vnni_int8_for`).
+    with a VNNI copy, see `engine.weight_formats.vnni_int8_for`).
 
     Activations are ``[B, features]`` (no length axis) and every layer-independent piece
     (RoPE tables, K/V views, see `StepKV`) is set up once per step: at batch 1 the step's

@@ -110,7 +110,7 @@ def greedy_tokens(runner: PagedRunner, prompts: Sequence[Sequence[int]], count: 
     """`count` greedy tokens after each prompt (each prompt on its own run of pages),
     decoded `batch` prompts at a time: the engine's default ``max_batch``, so the steps
     take the kernels a served decode takes (20 rows at once would take the prefill path's
-    dense copy, see `engine.quantize.DENSE_ROWS`)."""
+    dense copy, see `engine.weight_formats.DENSE_ROWS`)."""
     return _argmax_tokens(runner, prompts, count, batch, None)
 
 

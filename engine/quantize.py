@@ -15,7 +15,8 @@ All use kernels that ship with torch (no C++ of ours):
   (fast with bfloat16 activations; ~10x slower with float32 ones, so quantized formats
   compute in bfloat16). Other devices dequantise in ``F.linear`` (gpt-fast's form). On
   CPUs with AVX512-VNNI the int8 output projection (``lm_head``) also keeps fbgemm's packed
-  copy for decode steps, whose kernel quantizes the activations too (`vnni_int8_for`).
+  copy for decode steps, whose kernel quantizes the activations too
+  (`engine.weight_formats.vnni_int8_for`).
 - ``int4``: group-wise asymmetric 4-bit weights (``q * scale + min`` per group of
   `INT4_GROUP` inputs, the layout of llama.cpp's Q4_1), ``aten._weight_int4pack_mm_for_cpu``
   on CPU and the tinygemm ``aten._weight_int4pack_mm`` on CUDA.
@@ -23,8 +24,10 @@ All use kernels that ship with torch (no C++ of ours):
 On CPUs that multiply bfloat16 matrices in hardware (AMX or AVX512-BF16), the quantized
 formats also keep a dense bfloat16 copy of each weight for calls of `DENSE_ROWS` rows or
 more -- prefill chunks, user turns, large decode batches -- where oneDNN's bfloat16 GEMM
-beats the quantized kernels, whose cost grows with the rows (`dense_prefill_for`; +2 bytes
-per weight).
+beats the quantized kernels, whose cost grows with the rows
+(`engine.weight_formats.dense_prefill_for`; +2 bytes per weight).
+
+Which format and kernel each projection gets on a device is `engine.weight_formats`.
 
 Quantization is split from packing: `quantize_linear` returns device-independent tensors
 (int8 values, or int4 nibbles two per byte, plus scales) that `engine.weight_cache` stores;
@@ -35,117 +38,29 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from engine.errors import EngineError
+from engine.weight_formats import DENSE_ROWS, PREFILL_ROWS, WeightFormat
 
 __all__ = [
-    "DENSE_ROWS",
     "INT4_GROUP",
-    "PREFILL_ROWS",
-    "WEIGHT_FORMATS",
-    "DensePrefill",
     "DenseLinear",
     "Fp16PackedLinear",
     "Int4Linear",
     "Int8Linear",
     "Linear",
     "QuantizedTensors",
-    "WeightFormat",
     "bf16_linear",
-    "compute_dtype_for",
-    "dense_prefill_for",
     "dequantize",
-    "format_for_linear",
     "linear_from_quantized",
     "quantize_linear",
-    "resolve_weight_format",
-    "vnni_int8_for",
 ]
 
-WeightFormat = Literal["fp32", "bf16", "int8", "int4"]
-WEIGHT_FORMATS: tuple[WeightFormat, ...] = ("fp32", "bf16", "int8", "int4")
 INT4_GROUP = 32
 """Inputs per int4 scale/min group (llama.cpp's Q4 block size)."""
-PREFILL_ROWS = 256
-"""From this many rows on, quantized linears on CPU without a dense copy dequantize and use
-the float32 GEMM. The int8/int4 kernels' cost grows with the rows (measured on 2 AVX2
-cores: at 44 rows, a user turn, they are 3-5x faster than dequantizing; even at 256)."""
-DENSE_ROWS = 16
-"""From this many rows on, quantized linears with a dense bfloat16 copy use it. Measured on
-2 AMX cores with SmolLM2-135M: the int4 kernel's cost grows ~linearly with the rows (the
-MLP's 1536x576: 0.05 ms at 1 row, 0.37 at 16, 8.9 at 512), the AMX GEMM's hardly (1.3 ms
-at 512) but it streams 4x the bytes, so below ~16 rows, with the model's weights out of
-cache, it is no faster (8 concurrent decode: 111 vs 112 tok/s at 8 rows)."""
-DensePrefill = Literal["auto", "always", "never"]
-"""Whether int8/int4 linears keep a dense bfloat16 copy for many rows (see the module
-docstring): auto = on CPUs with AMX; always; never."""
-
-_ALIASES: dict[str, WeightFormat] = {
-    "fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
-    "int8": "int8", "int4": "int4",
-}
-
-
-def resolve_weight_format(name: str) -> WeightFormat:
-    """``fp32``/``float32``, ``bf16``/``bfloat16``, ``int8``, ``int4``."""
-    try:
-        return _ALIASES[name.lower()]
-    except KeyError:
-        raise EngineError(f"unknown weight format {name!r} "
-                          f"(use one of {', '.join(WEIGHT_FORMATS)})") from None
-
-
-def compute_dtype_for(fmt: WeightFormat, device: torch.device | str = "cpu") -> torch.dtype:
-    """Activation and K/V dtype of a format on a device: float32 for fp32, and for bf16 on
-    CPU (see `Fp16PackedLinear`); bfloat16 otherwise (the int8/int4 kernels' fast path)."""
-    if fmt == "fp32" or (fmt == "bf16" and torch.device(device).type == "cpu"):
-        return torch.float32
-    return torch.bfloat16
-
-
-def dense_prefill_for(mode: DensePrefill, device: torch.device | str = "cpu") -> bool:
-    """Whether quantized linears on `device` get a dense bfloat16 copy under `mode`. auto:
-    CPUs that multiply bfloat16 in hardware, with AMX tiles or AVX512-BF16 (measured on
-    both: prefill 512 ~2.8x faster; on AVX2 the bfloat16 GEMM is slower than float32, and
-    CUDA's tinygemm is untested against it)."""
-    if mode == "always":
-        return True
-    if mode == "never" or torch.device(device).type != "cpu":
-        return False
-    return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
-
-
-def vnni_int8_for(name: str, fmt: WeightFormat, device: torch.device | str = "cpu") -> bool:
-    """Whether projection `name`, in format `fmt` on `device`, also keeps fbgemm's packed
-    int8 copy for calls of few rows: the int8 output projection (``lm_head``, int8 under
-    both quantized formats) on CPUs with AVX512-VNNI.
-
-    ``quantized::linear_dynamic`` quantizes each call's activations to uint8 (one scale per
-    call) and multiplies with VNNI int8 dot products, as llama.cpp's Q8_0 matmul does
-    (activations in blocks of 32 there); ``_weight_int8pack_mm`` converts every weight to
-    float and is compute-bound. Measured on a 2-core EPYC for SmolLM2's 49,152 x 576
-    ``lm_head`` (two copies alternating, more than the L3 holds): one row 0.39 vs 0.93 ms,
-    eight rows 0.67 vs 1.94 ms; with the cache flushed, one row is memory-bound and they
-    tie. Against float32 logits over 3,000 positions of `engine.quality.fixed_text`: top-1
-    98.2% (98.6% for the bfloat16 kernel), perplexity +0.18% (+0.27%). Not for the other
-    layers: their inputs have larger outliers, and the int8 format decoding with it lost
-    1.4% perplexity (1.0% without) and 3 points of top-1. Without VNNI, fbgemm's uint8 x
-    int8 products saturate in 16 bits, so other CPUs keep the bfloat16 kernel."""
-    return (name == "lm_head" and fmt in ("int8", "int4")
-            and torch.device(device).type == "cpu" and torch.cpu._is_vnni_supported()
-            and "fbgemm" in torch.backends.quantized.supported_engines)
-
-
-def format_for_linear(name: str, fmt: WeightFormat) -> WeightFormat:
-    """The format one projection gets under model format `fmt`: int4 keeps the output
-    projection (``lm_head``, often the tied embedding table) in int8, as llama.cpp's Q4
-    types keep ``output.weight`` at higher precision; in int4 it costs ~3% perplexity on
-    SmolLM2 for ~1 ms per token."""
-    return "int8" if fmt == "int4" and name == "lm_head" else fmt
 
 
 class Linear:

@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from engine.quantize import DENSE_ROWS, Int4Linear
+from engine.quantize import Int4Linear
+from engine.weight_formats import DENSE_ROWS
 
 __all__ = ["ScriptedLayers"]
 

@@ -19,7 +19,8 @@ from pathlib import Path
 import torch
 
 from engine.errors import EngineError
-from engine.quantize import INT4_GROUP, QuantizedTensors, WeightFormat
+from engine.quantize import INT4_GROUP, QuantizedTensors
+from engine.weight_formats import WeightFormat
 
 __all__ = ["SCHEME_VERSION", "ALIGN", "cache_path", "load_or_quantize"]
 

@@ -153,7 +153,7 @@ class EngineConfig(_Section):
     dense_prefill: Literal["auto", "always", "never"] = "auto"
     """int8/int4: also keep a dense bfloat16 copy of each weight for calls of 16+ rows
     (prefill, user turns), +2 bytes per weight; auto = on CPUs with AMX or AVX512-BF16,
-    where it prefills ~3x faster (see `engine.quantize.dense_prefill_for`)."""
+    where it prefills ~3x faster (see `engine.weight_formats.dense_prefill_for`)."""
     threads: int = Field(0, ge=0)
     """CPU threads of the local engine's torch ops; 0 = one per core but one (at least
     one): ASR and TTS run beside it, and on 2 cores torch's second thread measured 2x

@@ -125,7 +125,7 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
         remote = connect(vllm_options(cfg), path, progress=progress)
         return remote, remote.tokenizer, None
     from assistant.llm.local import LocalBackend
-    from engine.quantize import dense_prefill_for
+    from engine.weight_formats import dense_prefill_for
 
     if e.device == "cpu":
         import torch

@@ -10,9 +10,9 @@ import torch
 
 from engine.loader import runner_from_hf_model
 from engine.paged_runner import PagedRunner
-from engine.quantize import DENSE_ROWS
 from engine.runner import DecodeItem
 from engine.scripted_step import ScriptedLayers
+from engine.weight_formats import DENSE_ROWS
 
 MODELS = ["tiny_llama", "tiny_qwen2", "tiny_mistral"]  # plain, Q/K/V biases, sliding window
 

@@ -16,23 +16,25 @@ from engine.errors import ContextLimitError, EngineError
 from engine.loader import runner_from_hf_model
 from engine.quality import fixed_text, greedy_agreement, greedy_tokens, perplexity
 from engine.quantize import (
-    DENSE_ROWS,
-    PREFILL_ROWS,
     DenseLinear,
     Fp16PackedLinear,
     Int4Linear,
     Int8Linear,
     bf16_linear,
-    compute_dtype_for,
-    dense_prefill_for,
     dequantize,
     linear_from_quantized,
     quantize_linear,
-    resolve_weight_format,
-    vnni_int8_for,
 )
 from engine.runner import DecodeItem
 from engine.weight_cache import ALIGN, cache_path, load_or_quantize
+from engine.weight_formats import (
+    DENSE_ROWS,
+    PREFILL_ROWS,
+    compute_dtype_for,
+    dense_prefill_for,
+    resolve_weight_format,
+    vnni_int8_for,
+)
 from tests.engine.conftest import TINY_VOCAB
 from tests.engine.fake_runner import ByteTokenizer
 
