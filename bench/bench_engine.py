@@ -45,6 +45,7 @@ from engine.quality import (
     perplexity,
     quality_prompts,
 )
+from engine.quantize import Fp16PackedLinear
 
 SYSTEM: Message = {"role": "system", "content": "You are a helpful, concise voice assistant."}
 HISTORY = (
@@ -332,9 +333,10 @@ def main(argv: list[str] | None = None) -> int:
             runners[name] = runner_from_hf_model(hf, page_size=args.page_size, num_pages=2048,
                                                  eos_token_ids=eos, weights=fmt_name,
                                                  dense_prefill=cast(Any, mode))
-            dense = getattr(runners[name].weights.layers[0].qkv, "dense", None) is not None
-            print(f"  built {name} weights in {clock() - start:.1f} s"
-                  + (" (+ dense bfloat16 copy for prefill)" if dense else ""))
+            copy = getattr(runners[name].weights.layers[0].qkv, "dense", None)
+            kind = ("" if copy is None else " (+ float16 copy for many rows)"
+                    if isinstance(copy, Fp16PackedLinear) else " (+ bfloat16 copy for many rows)")
+            print(f"  built {name} weights in {clock() - start:.1f} s{kind}")
 
     def chat(messages: list[Message], gen: bool = True) -> list[int]:
         return template.render_ids(messages, add_generation_prompt=gen)

@@ -52,8 +52,9 @@ class Engine:
         weights: None (dense in `dtype`, as before) or a format ``fp32`` / ``bf16`` /
         ``int8`` / ``int4``, which also sets the compute dtype; cache_dir: where quantized
         weights are cached (computed on every load when None); dense_prefill: whether
-        quantized weights also keep a dense bfloat16 copy for many rows (auto: on CPUs with
-        AMX or AVX512-BF16; see `engine.weight_formats.dense_prefill_for`)."""
+        quantized weights also keep a 16-bit copy for many rows (auto: bfloat16 on CPUs
+        with AMX or AVX512-BF16, float16 on AVX2 ones; see
+        `engine.weight_formats.dense_copy_for`)."""
         from engine.loader import load_runner
 
         runner, tokenizer = load_runner(model_path, gguf_file=gguf_file, device=device,

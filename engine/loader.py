@@ -38,8 +38,8 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
     pick a weight format (see `engine.weight_formats`), which also sets the compute dtype
     (float32 for fp32, else bfloat16; `dtype` is then ignored). Quantized weights are
     cached in `cache_dir` when given (see `engine.weight_cache`); `dense_prefill` says
-    whether they also keep a dense bfloat16 copy for many rows (see
-    `engine.weight_formats.dense_prefill_for`)."""
+    whether they also keep a 16-bit copy for many rows (see
+    `engine.weight_formats.dense_copy_for`)."""
     import transformers
 
     from engine.model_config import ModelConfig
@@ -101,7 +101,7 @@ def runner_from_hf_model(hf_model: Any, *, device: str = "cpu",
     from engine.model import weights_from_state_dict
     from engine.model_config import ModelConfig
     from engine.paged_runner import PagedRunner
-    from engine.weight_formats import compute_dtype_for, dense_prefill_for, resolve_weight_format
+    from engine.weight_formats import compute_dtype_for, dense_copy_for, resolve_weight_format
 
     config = ModelConfig.from_hf(hf_model.config)
     fmt = None if weights is None else resolve_weight_format(weights)
@@ -109,7 +109,7 @@ def runner_from_hf_model(hf_model: Any, *, device: str = "cpu",
     state = {name: tensor for name, tensor in hf_model.state_dict().items()}
     built = weights_from_state_dict(config, state, device=device, dtype=torch_dtype, fmt=fmt,
                                     quantized=quantized,
-                                    dense_prefill=dense_prefill_for(dense_prefill, device))
+                                    dense=dense_copy_for(dense_prefill, device))
     if eos_token_ids is None:
         eos_token_ids = eos_token_ids_for(hf_model, None)
     return PagedRunner(config, built, page_size=page_size, num_pages=num_pages,

@@ -41,7 +41,13 @@ from engine.quantize import (
     quantize_linear,
 )
 from engine.scripted_step import ScriptedLayers
-from engine.weight_formats import WeightFormat, format_for_linear, vnni_int8_for
+from engine.weight_formats import (
+    DenseCopy,
+    WeightFormat,
+    dense_rows_for,
+    format_for_linear,
+    vnni_int8_for,
+)
 
 __all__ = [
     "LayerWeights",
@@ -126,15 +132,15 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
                             device: torch.device | str, dtype: torch.dtype,
                             fmt: WeightFormat | None = None,
                             quantized: Mapping[str, QuantizedTensors] | None = None,
-                            dense_prefill: bool = False) -> ModelWeights:
+                            dense: DenseCopy | None = None) -> ModelWeights:
     """Take the weights of a transformers ``*ForCausalLM`` state dict (fused copies).
 
     `dtype` is the compute (activation and K/V) dtype. `fmt` ``int8``/``int4`` quantizes
     the projections, using the ready `quantized` tensors by `fused_linears` name where
     given (see `engine.weight_cache`); ``bf16`` rounds them to bfloat16 (see
     `engine.quantize.bf16_linear`; the embedding table too); otherwise the projections are
-    dense in `dtype`. `dense_prefill`: int8/int4 linears also keep a dense bfloat16 copy
-    for many rows (see `engine.weight_formats.dense_prefill_for`). The embedding table is in
+    dense in `dtype`. `dense`: int8/int4 linears also keep a 16-bit copy of that kind for
+    many rows (see `engine.weight_formats.dense_copy_for`). The embedding table is in
     `dtype`, the norms in float32."""
     dev = torch.device(device)
 
@@ -155,7 +161,8 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
                 weight, format_for_linear(name, fmt))
             assert tensors is not None
             linears[name] = linear_from_quantized(tensors, bias, device=dev, dtype=dtype,
-                                                  dense=dense_prefill,
+                                                  dense=dense,
+                                                  dense_rows=dense_rows_for(name, dense),
                                                   vnni=vnni_int8_for(name, fmt, dev))
         elif fmt == "bf16":
             linears[name] = bf16_linear(weight, bias, device=dev)

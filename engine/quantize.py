@@ -24,8 +24,9 @@ All use kernels that ship with torch (no C++ of ours):
 On CPUs that multiply bfloat16 matrices in hardware (AMX or AVX512-BF16), the quantized
 formats also keep a dense bfloat16 copy of each weight for calls of `DENSE_ROWS` rows or
 more -- prefill chunks, user turns, large decode batches -- where oneDNN's bfloat16 GEMM
-beats the quantized kernels, whose cost grows with the rows
-(`engine.weight_formats.dense_prefill_for`; +2 bytes per weight).
+beats the quantized kernels, whose cost grows with the rows; on AVX2 CPUs a float16 copy in
+fbgemm's packed layout (`Fp16PackedLinear`) from `FP16_ROWS` rows, and for every call of
+the output projection (`engine.weight_formats.dense_copy_for`; +2 bytes per weight).
 
 Which format and kernel each projection gets on a device is `engine.weight_formats`.
 
@@ -43,7 +44,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from engine.weight_formats import DENSE_ROWS, PREFILL_ROWS, WeightFormat
+from engine.weight_formats import DENSE_ROWS, PREFILL_ROWS, DenseCopy, WeightFormat
 
 __all__ = [
     "INT4_GROUP",
@@ -118,7 +119,8 @@ class DenseLinear(Linear):
 
 @dataclass(frozen=True, eq=False)
 class Fp16PackedLinear(Linear):
-    """A 16-bit weight in fbgemm's packed float16 layout; float32 in and out (CPU)."""
+    """A 16-bit weight in fbgemm's packed float16 layout (CPU); float32 out, float32 in
+    (other float inputs are converted)."""
 
     packed: torch.ScriptObject
     """fbgemm's prepacked weight and float32 bias (opaque)."""
@@ -137,7 +139,7 @@ class Fp16PackedLinear(Linear):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2:  # the kernel takes rows: [..., in] -> [rows, in]
             return self(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
-        return torch.ops.quantized.linear_dynamic_fp16(x, self.packed)
+        return torch.ops.quantized.linear_dynamic_fp16(x.float(), self.packed)
 
     def nbytes(self) -> int:
         return 2 * self.in_features * self.out_features
@@ -162,9 +164,10 @@ class Int8Linear(Linear):
     scales: torch.Tensor
     """``[out]`` in the activation dtype: w = q * scale."""
     bias: torch.Tensor | None
-    dense: torch.Tensor | None = None
-    """bfloat16 ``[out, in]``: the dequantized weight, for calls of `DENSE_ROWS` rows or
-    more (see `dense_prefill_for`)."""
+    dense: Linear | None = None
+    """The dequantized weight in 16 bits (see `dense_copy_for`), for calls of `dense_rows`
+    rows or more."""
+    dense_rows: int = DENSE_ROWS
     vnni: Any = None
     """fbgemm's packed copy of `weight` (see `vnni_int8_for`), for calls of fewer than
     `DENSE_ROWS` rows; they return float32."""
@@ -180,13 +183,13 @@ class Int8Linear(Linear):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2:  # the kernels take rows: [..., in] -> [rows, in]
             return self(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
-        if self.vnni is not None and x.shape[0] < DENSE_ROWS:
+        if self.vnni is not None and x.shape[0] < self.dense_rows:
             # float32 out, as the kernel computes it: the one linear with this copy is the
             # output projection, whose logits the runner returns in float32 (rounding them
             # to bfloat16 on the way would cost two conversions and the logits' precision).
             y = torch.ops.quantized.linear_dynamic(x.float(), self.vnni)
-        elif self.dense is not None and x.shape[0] >= DENSE_ROWS:
-            y = _dense_matmul(x, self.dense)
+        elif self.dense is not None and x.shape[0] >= self.dense_rows:
+            y = _copy_matmul(x, self.dense)
         elif self.weight.device.type != "cpu":
             y = F.linear(x, self.weight.to(x.dtype)) * self.scales
         elif x.shape[0] >= PREFILL_ROWS:
@@ -218,9 +221,10 @@ class Int4Linear(Linear):
     (+0.5 byte/weight)."""
     scale_min: torch.Tensor | None = None
     """float32 ``[2, out, in / group, 1]``: scale and min for that path."""
-    dense: torch.Tensor | None = None
-    """bfloat16 ``[out, in]``: the dequantized weight, for calls of `DENSE_ROWS` rows or
-    more (see `dense_prefill_for`)."""
+    dense: Linear | None = None
+    """The dequantized weight in 16 bits (see `dense_copy_for`), for calls of `dense_rows`
+    rows or more."""
+    dense_rows: int = DENSE_ROWS
 
     def dequantized(self) -> torch.Tensor:
         """float32 ``[out, in]`` (needs `nibbles`)."""
@@ -231,8 +235,8 @@ class Int4Linear(Linear):
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2:  # the kernels take rows: [..., in] -> [rows, in]
             return self(x.reshape(-1, x.shape[-1])).view(*x.shape[:-1], self.out_features)
-        if self.dense is not None and x.shape[0] >= DENSE_ROWS:
-            y = _dense_matmul(x, self.dense)
+        if self.dense is not None and x.shape[0] >= self.dense_rows:
+            y = _copy_matmul(x, self.dense)
         elif self.packed.device.type != "cpu":
             y = torch.ops.aten._weight_int4pack_mm(x, self.packed, self.group,
                                                    self.scales_and_zeros)
@@ -260,8 +264,20 @@ def _fbgemm_int8(tensors: QuantizedTensors) -> Any:
         return torch.ops.quantized.linear_prepack(weight, None)
 
 
-def _dense_matmul(x: torch.Tensor, dense: torch.Tensor) -> torch.Tensor:
-    return F.linear(x.to(dense.dtype), dense).to(x.dtype)
+def _copy_matmul(x: torch.Tensor, copy: Linear) -> torch.Tensor:
+    """`copy` (bfloat16 `DenseLinear` or float16 `Fp16PackedLinear`) applied to `x`, in
+    `x`'s dtype."""
+    if isinstance(copy, DenseLinear):
+        return F.linear(x.to(copy.weight.dtype), copy.weight).to(x.dtype)
+    return copy(x).to(x.dtype)
+
+
+def _dense_copy(tensors: QuantizedTensors, kind: DenseCopy, device: torch.device) -> Linear:
+    """The dequantized weight as a copy of `kind` (no bias: the quantized linear adds it)."""
+    weight = dequantize(tensors).to(device)
+    if kind == "fp16" and float(weight.abs().max()) <= torch.finfo(torch.float16).max:
+        return Fp16PackedLinear.build(weight, None)
+    return DenseLinear(weight.to(torch.bfloat16).contiguous(), None, input_major=False)
 
 
 QuantizedTensors = dict[str, torch.Tensor]
@@ -320,18 +336,24 @@ def _int4_values(nibbles: torch.Tensor, scale: torch.Tensor, low: torch.Tensor
 
 
 def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, *,
-                          device: torch.device, dtype: torch.dtype, dense: bool = False,
+                          device: torch.device, dtype: torch.dtype,
+                          dense: DenseCopy | None = None, dense_rows: int = DENSE_ROWS,
                           vnni: bool = False) -> Linear:
     """A `Linear` on `device` computing in `dtype` from `quantize_linear`'s tensors; `dense`
-    also keeps a bfloat16 copy for many rows (see `dense_prefill_for`); `vnni` an int8
-    weight's fbgemm copy for few rows on CPU (see `vnni_int8_for`)."""
+    also keeps a 16-bit copy of that kind for calls of `dense_rows` rows or more (see
+    `dense_copy_for`; a float16 copy for every call is the linear itself, returning float32);
+    `vnni` an int8 weight's fbgemm copy for few rows on CPU (see `vnni_int8_for`)."""
+    if dense == "fp16" and dense_rows <= 1:
+        weight = dequantize(tensors).to(device)
+        if float(weight.abs().max()) <= torch.finfo(torch.float16).max:
+            return Fp16PackedLinear.build(weight, bias)
     bias = None if bias is None else bias.to(device=device, dtype=dtype)
-    copy = (dequantize(tensors).to(device=device, dtype=torch.bfloat16).contiguous()
-            if dense else None)
+    copy = None if dense is None else _dense_copy(tensors, dense, device)
     if "q" in tensors:
         return Int8Linear(tensors["q"].to(device), tensors["scale"].to(device=device,
                                                                        dtype=dtype), bias,
-                          dense=copy, vnni=_fbgemm_int8(tensors) if vnni else None)
+                          dense=copy, dense_rows=dense_rows,
+                          vnni=_fbgemm_int8(tensors) if vnni else None)
     nibbles, scale, low = tensors["nibbles"], tensors["scale"], tensors["min"]
     out_features, half = nibbles.shape
     in_features = 2 * half
@@ -347,8 +369,8 @@ def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, 
                           nibbles=nibbles.contiguous() if fp32_prefill else None,
                           scale_min=torch.stack([scale.t(), low.t()]).float()[..., None]
                           .contiguous() if fp32_prefill else None,
-                          dense=copy)
+                          dense=copy, dense_rows=dense_rows)
     swapped = ((nibbles & 0xF) << 4) | (nibbles >> 4)  # tinygemm wants the high nibble first
     packed = torch.ops.aten._convert_weight_to_int4pack(swapped.to(device), 8)
     return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
-                      out_features, bias, dense=copy)
+                      out_features, bias, dense=copy, dense_rows=dense_rows)

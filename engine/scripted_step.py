@@ -37,11 +37,13 @@ class ScriptedLayers:
     """Runs every layer of a decode step (see `engine.model.decode_one_token`) in one
     TorchScript call. Build with `ScriptedLayers.build`; call through `run`."""
 
-    def __init__(self, module: Any) -> None:
+    def __init__(self, module: Any, rows: int = DENSE_ROWS) -> None:
         self._module = module
         """The scripted `_Int4Layers`: it holds the weights, so a call passes only the
         step's tensors (passing ~420 weight tensors converted them on every call: ~70 us
         of a ~6 ms step)."""
+        self._rows = rows
+        """Steps of fewer rows run here; from this many, the projections' 16-bit copies."""
 
     @classmethod
     def build(cls, layers: Sequence[Any]) -> ScriptedLayers | None:
@@ -70,11 +72,14 @@ class ScriptedLayers:
             log.warning("decode step: TorchScript unavailable (%s: %s); using the Python loop",
                         type(exc).__name__, exc)
             return None
-        return cls(module)
+        copies = [lin.dense_rows for lin in linears if lin.dense is not None]
+        return cls(module, min(copies, default=DENSE_ROWS))
 
     def covers(self, batch: int) -> bool:
-        """Whether a step of `batch` rows runs here (fewer rows than take the dense copy)."""
-        return batch < DENSE_ROWS
+        """Whether a step of `batch` rows runs here: fewer rows than take the projections'
+        16-bit copies (see `engine.weight_formats.dense_rows_for`), which this does not
+        call."""
+        return batch < self._rows
 
     def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
             views: tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor,

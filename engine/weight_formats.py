@@ -2,9 +2,10 @@
 
 The format names (`resolve_weight_format`), the compute dtype a format implies
 (`compute_dtype_for`), the row counts where a quantized linear changes kernel
-(`PREFILL_ROWS`, `DENSE_ROWS`), and the per-device choices of extra copies: a dense bfloat16
-one for many rows (`dense_prefill_for`) and fbgemm's int8 one for the output projection
-(`vnni_int8_for`). The linears themselves and their quantization are `engine.quantize`.
+(`PREFILL_ROWS`, `DENSE_ROWS`, `FP16_ROWS`), and the per-device choices of extra copies: a
+16-bit one for many rows (`dense_copy_for`, `dense_rows_for`) and fbgemm's int8 one for the
+output projection (`vnni_int8_for`). The linears themselves and their quantization are
+`engine.quantize`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,15 @@ from engine.errors import EngineError
 
 __all__ = [
     "DENSE_ROWS",
+    "FP16_ROWS",
     "PREFILL_ROWS",
     "WEIGHT_FORMATS",
+    "DenseCopy",
     "DensePrefill",
     "WeightFormat",
     "compute_dtype_for",
-    "dense_prefill_for",
+    "dense_copy_for",
+    "dense_rows_for",
     "format_for_linear",
     "resolve_weight_format",
     "vnni_int8_for",
@@ -40,9 +44,20 @@ DENSE_ROWS = 16
 MLP's 1536x576: 0.05 ms at 1 row, 0.37 at 16, 8.9 at 512), the AMX GEMM's hardly (1.3 ms
 at 512) but it streams 4x the bytes, so below ~16 rows, with the model's weights out of
 cache, it is no faster (8 concurrent decode: 111 vs 112 tok/s at 8 rows)."""
+FP16_ROWS = 4
+"""From this many rows on, quantized linears with a float16 copy (AVX2 CPUs, see
+`dense_copy_for`) use it. Measured on a 2-core AMD EPYC with AVX2 and no AVX-512, all 30
+layers of SmolLM2-135M (cold in cache): the int4 kernel took 11.1 ms at 1 row, 22.9 at 4,
+37.9 at 8 and 219 at 44 (2 threads); fbgemm's float16 GEMM 13.5, 16.0, 25.3 and 89.4 ms;
+on one thread (the assistant's default on 2 cores) 0.94x the int4 time at 1-3 rows and
+0.73x at 4."""
 DensePrefill = Literal["auto", "always", "never"]
-"""Whether int8/int4 linears keep a dense bfloat16 copy for many rows (see
-`engine.quantize`): auto = on CPUs with AMX; always; never."""
+"""Whether int8/int4 linears keep a 16-bit copy for many rows (see `dense_copy_for`):
+auto = where one is measured faster; always; never."""
+DenseCopy = Literal["bf16", "fp16"]
+"""The kinds of copy: ``bf16``, a dense bfloat16 weight for oneDNN's GEMM (CPUs that
+multiply bfloat16 in hardware); ``fp16``, the weight in fbgemm's packed float16 layout,
+float32 activations (`engine.quantize.Fp16PackedLinear`; AVX2 CPUs)."""
 
 _ALIASES: dict[str, WeightFormat] = {
     "fp32": "fp32", "float32": "fp32", "bf16": "bf16", "bfloat16": "bf16",
@@ -68,16 +83,36 @@ def compute_dtype_for(fmt: WeightFormat, device: torch.device | str = "cpu") -> 
     return torch.bfloat16
 
 
-def dense_prefill_for(mode: DensePrefill, device: torch.device | str = "cpu") -> bool:
-    """Whether quantized linears on `device` get a dense bfloat16 copy under `mode`. auto:
-    CPUs that multiply bfloat16 in hardware, with AMX tiles or AVX512-BF16 (measured on
-    both: prefill 512 ~2.8x faster; on AVX2 the bfloat16 GEMM is slower than float32, and
-    CUDA's tinygemm is untested against it)."""
-    if mode == "always":
-        return True
-    if mode == "never" or torch.device(device).type != "cpu":
-        return False
-    return bool(torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported())
+def dense_copy_for(mode: DensePrefill, device: torch.device | str = "cpu") -> DenseCopy | None:
+    """Which 16-bit copy quantized linears on `device` keep under `mode`, if any. auto:
+    ``bf16`` on CPUs that multiply bfloat16 in hardware, with AMX tiles or AVX512-BF16
+    (measured on both: prefill 512 ~2.8x faster); ``fp16`` on CPUs where torch runs its
+    AVX2 kernels (no AVX-512) and fbgemm is built in: there torch's bfloat16 GEMM is slower
+    than float32 and its int4 kernel, compute-bound, grows ~linearly with the rows, while
+    fbgemm's float16 GEMM streams 16-bit weights at float32 speed (`FP16_ROWS`); none
+    elsewhere (CUDA's tinygemm is untested against a copy). always: auto's kind, else
+    ``bf16``."""
+    if mode == "never":
+        return None
+    auto: DenseCopy | None = None
+    if torch.device(device).type == "cpu":
+        if torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported():
+            auto = "bf16"
+        elif (torch.backends.cpu.get_cpu_capability() == "AVX2"
+              and "fbgemm" in torch.backends.quantized.supported_engines):
+            auto = "fp16"
+    return auto if auto is not None or mode == "auto" else "bf16"
+
+
+def dense_rows_for(name: str, kind: DenseCopy | None) -> int:
+    """From how many rows projection `name` uses its copy of `kind`: `DENSE_ROWS` for
+    bfloat16 (and without a copy); `FP16_ROWS` for float16, and every call for the output projection
+    (``lm_head``), whose float16 GEMM beats the int8 kernel from one row on (SmolLM2's
+    49,152 x 576 on the AVX2 EPYC: 2.0 vs 3.3 ms at one row, 5.7 vs 10.2 at eight) and
+    reads float32 activations, so the int8 weight is not kept."""
+    if kind != "fp16":
+        return DENSE_ROWS
+    return 1 if name == "lm_head" else FP16_ROWS
 
 
 def vnni_int8_for(name: str, fmt: WeightFormat, device: torch.device | str = "cpu") -> bool:

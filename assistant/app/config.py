@@ -151,9 +151,11 @@ class EngineConfig(_Section):
     """Weight format of the local engine's linears; None = dense in `dtype`. int4 (groups
     of 32, llama.cpp's Q4_1 layout) computes in bfloat16 whatever `dtype` says."""
     dense_prefill: Literal["auto", "always", "never"] = "auto"
-    """int8/int4: also keep a dense bfloat16 copy of each weight for calls of 16+ rows
-    (prefill, user turns), +2 bytes per weight; auto = on CPUs with AMX or AVX512-BF16,
-    where it prefills ~3x faster (see `engine.weight_formats.dense_prefill_for`)."""
+    """int8/int4: also keep a 16-bit copy of each weight for calls of many rows (prefill,
+    user turns, batched decode), +2 bytes per weight; auto = a bfloat16 copy from 16 rows on
+    CPUs with AMX or AVX512-BF16 (prefill ~3x faster), a float16 one in fbgemm's layout
+    from 4 rows on AVX2 CPUs (and for every call of the output projection); see
+    `engine.weight_formats.dense_copy_for`."""
     threads: int = Field(0, ge=0)
     """CPU threads of the local engine's torch ops; 0 = one per core but one (at least
     one): ASR and TTS run beside it, and on 2 cores torch's second thread measured 2x

@@ -125,16 +125,17 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
         remote = connect(vllm_options(cfg), path, progress=progress)
         return remote, remote.tokenizer, None
     from assistant.llm.local import LocalBackend
-    from engine.weight_formats import dense_prefill_for
+    from engine.weight_formats import dense_copy_for
 
     if e.device == "cpu":
         import torch
 
         torch.set_num_threads(engine_threads(e.threads))  # process-wide, at load
 
-    if (progress is not None and e.weights in ("int8", "int4")
-            and dense_prefill_for(e.dense_prefill, e.device)):
-        progress(f"{e.weights} weights with a bfloat16 copy for prefill "
+    copy = dense_copy_for(e.dense_prefill, e.device)
+    if progress is not None and e.weights in ("int8", "int4") and copy is not None:
+        kind = "a bfloat16" if copy == "bf16" else "a float16 (fbgemm)"
+        progress(f"{e.weights} weights with {kind} copy for prefill and batches "
                  f"(engine.dense_prefill: {e.dense_prefill})")
     engine = Engine.load(path, device=e.device, dtype=e.dtype, page_size=e.page_size,
                          num_pages=e.num_pages, max_batch=e.max_batch,

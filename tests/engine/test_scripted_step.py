@@ -12,7 +12,7 @@ from engine.loader import runner_from_hf_model
 from engine.paged_runner import PagedRunner
 from engine.runner import DecodeItem
 from engine.scripted_step import ScriptedLayers
-from engine.weight_formats import DENSE_ROWS
+from engine.weight_formats import DENSE_ROWS, FP16_ROWS, dense_copy_for, dense_rows_for
 
 MODELS = ["tiny_llama", "tiny_qwen2", "tiny_mistral"]  # plain, Q/K/V biases, sliding window
 
@@ -65,11 +65,13 @@ def test_scripted_decode_matches_the_python_loop_bit_for_bit(
     assert len(runs) == 12  # every step ran in TorchScript
 
 
-def test_a_batch_that_takes_the_dense_copy_runs_the_python_loop(tiny_llama: Any) -> None:
-    scripted, _ = runners(tiny_llama, "int4")
+def test_a_batch_that_takes_the_16_bit_copies_runs_the_python_loop(tiny_llama: Any) -> None:
+    scripted, _ = runners(tiny_llama, "int4")  # this CPU's copy, if any (engine.dense_prefill)
+    rows = dense_rows_for("layers.0.qkv", dense_copy_for("auto"))
+    assert rows == (FP16_ROWS if dense_copy_for("auto") == "fp16" else DENSE_ROWS)
     assert scripted.scripted is not None
-    assert scripted.scripted.covers(DENSE_ROWS - 1)
-    assert not scripted.scripted.covers(DENSE_ROWS)
+    assert scripted.scripted.covers(rows - 1)
+    assert not scripted.scripted.covers(rows)
 
 
 @pytest.mark.parametrize("weights", ["fp32", "bf16", "int8"])

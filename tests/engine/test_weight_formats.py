@@ -29,9 +29,11 @@ from engine.runner import DecodeItem
 from engine.weight_cache import ALIGN, cache_path, load_or_quantize
 from engine.weight_formats import (
     DENSE_ROWS,
+    FP16_ROWS,
     PREFILL_ROWS,
     compute_dtype_for,
-    dense_prefill_for,
+    dense_copy_for,
+    dense_rows_for,
     resolve_weight_format,
     vnni_int8_for,
 )
@@ -72,36 +74,76 @@ def test_quantized_linear_computes_with_its_dequantized_weight(fmt: str, rows: i
     assert float((deq - weight).abs().max()) <= 1.01 * step * float(weight.abs().max())
 
 
+FBGEMM = "fbgemm" in torch.backends.quantized.supported_engines
+
+
+@pytest.mark.parametrize("kind", ["bf16", pytest.param("fp16", marks=pytest.mark.skipif(
+    not FBGEMM, reason="fbgemm's float16 GEMM is not in this torch build"))])
 @pytest.mark.parametrize("fmt", ["int8", "int4"])
-def test_a_dense_copy_serves_many_rows_and_the_kernel_few(fmt: str) -> None:
+def test_a_16_bit_copy_serves_many_rows_and_the_kernel_few(fmt: str, kind: str) -> None:
     gen = torch.Generator().manual_seed(2)
     weight, bias = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
     tensors = quantize_linear(weight, resolve_weight_format(fmt))
     assert tensors is not None
+    rows = dense_rows_for("layers.0.qkv", cast(Any, kind))
+    assert rows == (DENSE_ROWS if kind == "bf16" else FP16_ROWS)
     plain = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16)
-    dense = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16, dense=True)
+    dense = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16,
+                                  dense=cast(Any, kind), dense_rows=rows)
     assert isinstance(dense, Int8Linear | Int4Linear) and dense.dense is not None
-    assert torch.equal(dense.dense, dequantize(tensors).bfloat16())
     assert torch.allclose(dequantize(tensors), dequantized(tensors, weight.shape), atol=1e-6)
-    few = torch.randn(DENSE_ROWS - 1, 64, generator=gen).bfloat16()
-    many = torch.randn(DENSE_ROWS, 64, generator=gen).bfloat16()
+    few = torch.randn(rows - 1, 64, generator=gen).bfloat16()
+    many = torch.randn(rows, 64, generator=gen).bfloat16()
     assert torch.equal(dense(few), plain(few))  # the same quantized kernel below the rows
     out = dense(many)
     assert out.dtype == torch.bfloat16
-    assert torch.equal(out, F.linear(many, dense.dense) + bias.bfloat16())
+    if kind == "bf16":
+        assert isinstance(dense.dense, DenseLinear)
+        assert torch.equal(dense.dense.weight, dequantize(tensors).bfloat16())
+        copy = F.linear(many, dense.dense.weight)
+    else:  # fbgemm's float16 GEMM on the dequantized weight, float32 activations
+        assert isinstance(dense.dense, Fp16PackedLinear)
+        copy = Fp16PackedLinear.build(dequantize(tensors), None)(many.float()).bfloat16()
+        assert not torch.equal(out, plain(many))  # not the quantized kernel's result
+    assert torch.equal(out, copy + bias.bfloat16())
     ref = many.float() @ dequantize(tensors).t() + bias
     assert float((out.float() - ref).abs().max()) < 0.02 * float(ref.abs().max())
 
 
-def test_the_dense_copy_is_kept_where_the_cpu_multiplies_bfloat16(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    for amx, avx512_bf16 in ((True, False), (False, True), (True, True), (False, False)):
+@pytest.mark.skipif(not FBGEMM, reason="fbgemm's float16 GEMM is not in this torch build")
+def test_a_float16_output_projection_is_the_copy_alone_and_returns_float32() -> None:
+    gen = torch.Generator().manual_seed(4)
+    weight, bias = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
+    tensors = quantize_linear(weight, "int8")
+    assert tensors is not None
+    assert dense_rows_for("lm_head", "fp16") == 1 and dense_rows_for("lm_head", "bf16") > 1
+    head = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16,
+                                 dense="fp16", dense_rows=1, vnni=True)
+    assert isinstance(head, Fp16PackedLinear)  # no int8 weight and no VNNI copy kept
+    for rows in (1, 3, 20):
+        x = torch.randn(rows, 64, generator=gen).bfloat16()
+        out = head(x)
+        assert out.shape == (rows, 96) and out.dtype == torch.float32
+        ref = x.float() @ dequantize(tensors).t() + bias
+        assert float((out - ref).abs().max()) < 1e-3 * float(ref.abs().max())
+
+
+def test_the_copy_kind_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    cases = [  # amx, avx512_bf16, torch's CPU capability -> auto's kind
+        (True, False, "AVX512", "bf16"), (False, True, "AVX512", "bf16"),
+        (True, True, "AVX512", "bf16"), (False, False, "AVX512", None),
+        (False, False, "AVX2", "fp16" if FBGEMM else None), (False, False, "DEFAULT", None)]
+    for amx, avx512_bf16, capability, kind in cases:
         monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
         monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported",
                             lambda bf16=avx512_bf16: bf16)
-        assert dense_prefill_for("auto", "cpu") is (amx or avx512_bf16)
-        assert dense_prefill_for("always", "cpu") and not dense_prefill_for("never", "cpu")
-        assert not dense_prefill_for("auto", "cuda") and dense_prefill_for("always", "cuda")
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability",
+                            lambda capability=capability: capability)
+        assert dense_copy_for("auto", "cpu") == kind
+        assert dense_copy_for("always", "cpu") == (kind or "bf16")
+        assert dense_copy_for("never", "cpu") is None
+        assert dense_copy_for("auto", "cuda") is None
+        assert dense_copy_for("always", "cuda") == "bf16"
 
 
 def test_the_int8_output_projection_keeps_a_vnni_copy_on_cpus_with_vnni(
@@ -117,8 +159,9 @@ def test_the_int8_output_projection_keeps_a_vnni_copy_on_cpus_with_vnni(
         assert not vnni_int8_for("lm_head", "bf16", "cpu")
 
 
-@pytest.mark.skipif("fbgemm" not in torch.backends.quantized.supported_engines,
-                    reason="fbgemm's int8 kernels are not in this torch build")
+@pytest.mark.skipif(not (FBGEMM and torch.cpu._is_vnni_supported()),
+                    reason="the VNNI copy is kept only on CPUs with AVX512-VNNI and fbgemm "
+                           "(without VNNI its uint8 x int8 products saturate in 16 bits)")
 def test_the_vnni_copy_serves_few_rows_and_the_dense_copy_many() -> None:
     gen = torch.Generator().manual_seed(3)
     weight, bias = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
@@ -126,7 +169,7 @@ def test_the_vnni_copy_serves_few_rows_and_the_dense_copy_many() -> None:
     assert tensors is not None
     plain = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16)
     fast = linear_from_quantized(tensors, bias, device=CPU, dtype=torch.bfloat16,
-                                 dense=True, vnni=True)
+                                 dense="bf16", vnni=True)
     assert isinstance(fast, Int8Linear) and fast.vnni is not None
     assert isinstance(plain, Int8Linear) and plain.vnni is None
     for rows in (1, 4, DENSE_ROWS - 1):
@@ -139,8 +182,8 @@ def test_the_vnni_copy_serves_few_rows_and_the_dense_copy_many() -> None:
         assert not torch.equal(out.bfloat16(), plain(x))
     assert fast(torch.randn(2, 3, 64, generator=gen).bfloat16()).shape == (2, 3, 96)
     many = torch.randn(DENSE_ROWS, 64, generator=gen).bfloat16()
-    assert fast.dense is not None
-    assert torch.equal(fast(many), F.linear(many, fast.dense) + bias.bfloat16())
+    assert isinstance(fast.dense, DenseLinear)
+    assert torch.equal(fast(many), F.linear(many, fast.dense.weight) + bias.bfloat16())
 
 
 def test_int4_with_inputs_not_a_multiple_of_the_group_falls_back_to_int8() -> None:
@@ -179,10 +222,19 @@ def test_bf16_dense_weights_keep_the_out_in_layout() -> None:
     assert not DenseLinear.build(wide.bfloat16(), None).input_major
 
 
-@pytest.mark.parametrize(("fmt", "dense"), [("bf16", "never"), ("int8", "never"),
-                                           ("int4", "never"), ("int4", "always")])
-def test_tiny_models_in_each_format_stay_close_to_fp32(tiny_llama: Any, tiny_qwen2: Any,
-                                                      fmt: str, dense: Any) -> None:
+def force_copy(monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    """Make every runner built from here on keep a copy of `kind`, whatever this CPU is."""
+    monkeypatch.setattr("engine.weight_formats.dense_copy_for", lambda mode, device: kind)
+
+
+@pytest.mark.parametrize(("fmt", "dense"), [
+    ("bf16", "never"), ("int8", "never"), ("int4", "never"), ("int4", "always"),
+    pytest.param("int4", "fp16", marks=pytest.mark.skipif(not FBGEMM, reason="no fbgemm"))])
+def test_tiny_models_in_each_format_stay_close_to_fp32(
+        tiny_llama: Any, tiny_qwen2: Any, fmt: str, dense: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if dense == "fp16":
+        force_copy(monkeypatch, "fp16")
     ids = [int(t) for t in torch.randint(3, TINY_VOCAB, (24,),
                                          generator=torch.Generator().manual_seed(5))]
     table = list(range(16))
@@ -194,7 +246,11 @@ def test_tiny_models_in_each_format_stay_close_to_fp32(tiny_llama: Any, tiny_qwe
                                    dense_prefill=dense)  # 22 rows: the copy when kept
         assert low.dtype == compute_dtype_for(fmt) == low.kv.k.dtype
         vnni = getattr(low.weights.lm_head, "vnni", None) is not None
-        assert vnni is vnni_int8_for("lm_head", fmt)  # decode steps below use it if kept
+        fp16_head = fmt != "bf16" and dense_copy_for(dense, "cpu") == "fp16"
+        if fmt != "bf16":  # (bf16's linears are all float16-packed on CPU)
+            assert isinstance(low.weights.lm_head, Fp16PackedLinear) is fp16_head
+        # Decode steps below use the VNNI copy if kept.
+        assert vnni is (vnni_int8_for("lm_head", fmt) and not fp16_head)
         ref = exact.prefill(table, 0, ids, all_logits=True)
         ours = low.prefill(table, 0, ids[:-2], all_logits=True)
         for pos in (len(ids) - 2, len(ids) - 1):  # decode steps on the same cache
@@ -202,6 +258,31 @@ def test_tiny_models_in_each_format_stay_close_to_fp32(tiny_llama: Any, tiny_qwe
         assert ours.dtype == torch.float32 and torch.isfinite(ours).all()
         assert float((ours - ref).abs().max()) < tol * float(ref.abs().max())
         assert float((ours.argmax(-1) == ref.argmax(-1)).float().mean()) >= agree
+
+
+@pytest.mark.skipif(not FBGEMM, reason="fbgemm's float16 GEMM is not in this torch build")
+def test_decode_steps_of_many_rows_take_the_float16_copies(
+        tiny_llama: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    force_copy(monkeypatch, "fp16")
+    runner = runner_from_hf_model(tiny_llama, page_size=4, num_pages=64, weights="int4")
+    scripted = runner.scripted
+    assert scripted is not None  # the layer loop of fewer rows than the copies take
+    assert scripted.covers(FP16_ROWS - 1) and not scripted.covers(FP16_ROWS)
+    prompts = [[int(t) for t in torch.randint(3, TINY_VOCAB, (5 + i,),
+                                              generator=torch.Generator().manual_seed(i))]
+               for i in range(FP16_ROWS)]
+    tables = [list(range(4 * i, 4 * i + 4)) for i in range(FP16_ROWS)]
+    for table, ids in zip(tables, prompts, strict=True):
+        runner.prefill(table, 0, ids[:-1])
+    items = [DecodeItem(t, len(ids) - 1, ids[-1]) for t, ids in zip(tables, prompts,
+                                                                     strict=True)]
+    together = runner.decode(items)  # FP16_ROWS rows: float16 copies, Python loop
+    alone = torch.cat([runner.decode([item]) for item in items])  # one row: int4, scripted
+    assert together.shape == alone.shape and together.dtype == torch.float32
+    assert not torch.equal(together, alone)  # different kernels ran...
+    # ...on the same dequantized weights (bfloat16 activations in the int4 kernel).
+    assert float((together - alone).abs().max()) < 0.05 * float(alone.abs().max())
+    assert torch.equal(together.argmax(-1), alone.argmax(-1))
 
 
 def test_engine_generates_in_int4(tiny_llama: Any) -> None:
