@@ -33,10 +33,10 @@ TALK_MESSAGES = ("loading speech recognition", "loading voice", "loading languag
 LOAD_TIMEOUT_S = 240  # model loading on a busy 2-core machine
 
 
-_WEIGHTS = re.compile(r"int[48] weights with a bfloat16 copy for prefill "
-                      r"\(engine\.dense_prefill: \w+\)")
-"""Said while loading where the copy is kept (CPUs with AMX or AVX512-BF16:
-`engine.dense_prefill`)."""
+_WEIGHTS = re.compile(r"int[48] weights with a (bfloat16|float16 \(fbgemm\)) copy for prefill "
+                      r"and batches \(engine\.dense_prefill: \w+\)")
+"""Said while loading where a copy is kept (`engine.dense_prefill`: bfloat16 on CPUs with
+AMX or AVX512-BF16, float16 on AVX2 ones)."""
 
 
 _REALIGNED = re.compile(r"\S+ \S+ INFO audio\.echo: echo: the mic hears the speaker ([+-]\d+) ms "
