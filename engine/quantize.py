@@ -151,7 +151,7 @@ def bf16_linear(weight: torch.Tensor, bias: torch.Tensor | None, *, device: torc
     float16 kernel on CPU (dense bfloat16 if float16 cannot hold it), dense bfloat16
     elsewhere."""
     rounded = weight.detach().to(device=device, dtype=torch.bfloat16)
-    if device.type == "cpu" and float(rounded.abs().max()) <= torch.finfo(torch.float16).max:
+    if device.type == "cpu" and _fits_float16(rounded):
         return Fp16PackedLinear.build(rounded, bias)
     return DenseLinear.build(rounded, None if bias is None else bias.to(device=device,
                                                                         dtype=torch.bfloat16))
@@ -264,6 +264,11 @@ def _fbgemm_int8(tensors: QuantizedTensors) -> Any:
         return torch.ops.quantized.linear_prepack(weight, None)
 
 
+def _fits_float16(weight: torch.Tensor) -> bool:
+    """Whether float16 holds `weight`'s magnitudes (for fbgemm's float16 packing)."""
+    return float(weight.abs().max()) <= torch.finfo(torch.float16).max
+
+
 def _copy_matmul(x: torch.Tensor, copy: Linear) -> torch.Tensor:
     """`copy` (bfloat16 `DenseLinear` or float16 `Fp16PackedLinear`) applied to `x`, in
     `x`'s dtype."""
@@ -275,7 +280,7 @@ def _copy_matmul(x: torch.Tensor, copy: Linear) -> torch.Tensor:
 def _dense_copy(tensors: QuantizedTensors, kind: DenseCopy, device: torch.device) -> Linear:
     """The dequantized weight as a copy of `kind` (no bias: the quantized linear adds it)."""
     weight = dequantize(tensors).to(device)
-    if kind == "fp16" and float(weight.abs().max()) <= torch.finfo(torch.float16).max:
+    if kind == "fp16" and _fits_float16(weight):
         return Fp16PackedLinear.build(weight, None)
     return DenseLinear(weight.to(torch.bfloat16).contiguous(), None, input_major=False)
 
@@ -345,7 +350,7 @@ def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, 
     `vnni` an int8 weight's fbgemm copy for few rows on CPU (see `vnni_int8_for`)."""
     if dense == "fp16" and dense_rows <= 1:
         weight = dequantize(tensors).to(device)
-        if float(weight.abs().max()) <= torch.finfo(torch.float16).max:
+        if _fits_float16(weight):
             return Fp16PackedLinear.build(weight, bias)
     bias = None if bias is None else bias.to(device=device, dtype=dtype)
     copy = None if dense is None else _dense_copy(tensors, dense, device)

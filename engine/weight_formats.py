@@ -106,8 +106,8 @@ def dense_copy_for(mode: DensePrefill, device: torch.device | str = "cpu") -> De
 
 def dense_rows_for(name: str, kind: DenseCopy | None) -> int:
     """From how many rows projection `name` uses its copy of `kind`: `DENSE_ROWS` for
-    bfloat16 (and without a copy); `FP16_ROWS` for float16, and every call for the output projection
-    (``lm_head``), whose float16 GEMM beats the int8 kernel from one row on (SmolLM2's
+    bfloat16 (and without a copy); `FP16_ROWS` for float16, and every call for the output
+    projection (``lm_head``), whose float16 GEMM beats the int8 kernel from one row on (SmolLM2's
     49,152 x 576 on the AVX2 EPYC: 2.0 vs 3.3 ms at one row, 5.7 vs 10.2 at eight) and
     reads float32 activations, so the int8 weight is not kept."""
     if kind != "fp16":
