@@ -9,12 +9,15 @@ was converted from). Per weight format:
 - concurrent: N sequences x M tokens, aggregate tokens/s (prompt prefill included);
 - TTFT: time to first token of a 40-token user turn on a cached ~500-token history
   (ours computes only the new turn; transformers re-reads the history);
+- decode @ depth: batch-1 greedy tokens/s after a ``--depth``-token history (2,000 by
+  default) that is already in the cache, as a long conversation's is (ours: a cached
+  prefix, then the new turn's pages; llama.cpp: ``llama-bench -d``);
 - quality: perplexity on `engine.quality.fixed_text` (prefill) and greedy agreement (20
   prompts x 64 tokens, decoded 8 at a time as the engine batches them) against our fp32.
 
     .venv/bin/python bench/bench_engine.py [--formats fp32,bf16,int8,int4]
-        [--llama-bench PATH] [--gguf FILE] [--threads 2] [--no-quality] [--model DIR]
-        [--profile]
+        [--llama-bench PATH] [--gguf FILE] [--threads 2] [--depth 2000] [--no-quality]
+        [--model DIR] [--profile]
 
 See bench/README.md for building ``llama-bench``. Machines shared with other work are
 noisy: each figure is the best of ``--repeat`` rounds, and rounds of all peers alternate.
@@ -80,6 +83,8 @@ class Figures:
     """Aggregate tokens/s over the concurrent sequences."""
     ttft: float | None = None
     """Seconds to the first token of the 40-token turn."""
+    depth: float | None = None
+    """Batch-1 decode after the cached ``--depth``-token history, tokens/s."""
     note: str = ""
 
 
@@ -140,6 +145,22 @@ def ours_ttft(engine: Engine, history: list[int], turn: list[int]) -> float:
             seconds = clock() - start
             engine.cancel(job)
     return seconds
+
+
+def ours_depth(engine: Engine, history: list[int], turn: list[int], count: int) -> float:
+    """Decode after a conversation's cached history: a previous sequence computed it, this
+    one references its pages and computes `turn` on new ones. A third sequence takes the
+    page after the history's first, so the turn's pages never continue the history's run
+    (the dialogue's never do: its pages come and go with speculative forks and closed
+    turns), and attention reads them through the step's gathered copy, not in place."""
+    params = SamplingParams(max_new_tokens=count, ignore_eos=True)
+    with engine.sequence() as warm, engine.sequence() as spacer:
+        warm.extend(history)
+        spacer.extend(turn[:1])
+        with engine.sequence() as seq:
+            seq.extend(history)  # referenced, not computed
+            times = [clock() for _ in seq.generate(params, prompt_ids=turn)]
+    return (count - 1) / (times[-1] - times[0])
 
 
 def ours_profile(runner: PagedRunner, prompt: list[int], steps: int = 8, top: int = 8
@@ -207,23 +228,31 @@ def hf_ttft(hf: Any, history: list[int], turn: list[int]) -> float:
 # ---- llama.cpp --------------------------------------------------------------------------
 
 
-def llama_figures(binary: Path | None, gguf: Path | None, threads: int, decode_tokens: int
-                  ) -> Figures:
+def llama_figures(binary: Path | None, gguf: Path | None, threads: int, decode_tokens: int,
+                  depth: int = 0) -> Figures:
     if binary is None or gguf is None:
         return Figures("llama.cpp", note="skipped: pass --llama-bench PATH (see bench/README.md)"
                        if binary is None else "skipped: no GGUF (--gguf)")
     if not binary.is_file():
         return Figures("llama.cpp", note=f"skipped: {binary} not found")
-    cmd = [str(binary), "-m", str(gguf), "-t", str(threads), "-p", "512",
-           "-n", str(decode_tokens), "-r", "3", "-o", "json"]
+    base = [str(binary), "-m", str(gguf), "-t", str(threads), "-o", "json"]
+    runs = [["-p", "512", "-n", str(decode_tokens), "-r", "3"]]
+    if depth:  # its own run: -d applies to every test of a run, and a 512 prefill after
+        runs.append(["-p", "0", "-n", str(decode_tokens), "-d", str(depth), "-r", "2"])
+    rows: list[dict[str, Any]] = []
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=True)
-        rows = json.loads(done.stdout)
+        for extra in runs:
+            done = subprocess.run(base + extra, capture_output=True, text=True, timeout=600,
+                                  check=True)
+            rows += json.loads(done.stdout)
     except (OSError, subprocess.SubprocessError, json.JSONDecodeError) as exc:
         return Figures("llama.cpp", note=f"failed: {exc}")
-    prefill = next((r["avg_ts"] for r in rows if r.get("n_prompt") == 512), None)
-    decode = next((r["avg_ts"] for r in rows if r.get("n_gen") == decode_tokens), None)
-    return Figures("llama.cpp", decode=decode, prefill=prefill,
+    at = [r for r in rows if not r.get("n_depth")]
+    prefill = next((r["avg_ts"] for r in at if r.get("n_prompt") == 512), None)
+    decode = next((r["avg_ts"] for r in at if r.get("n_gen") == decode_tokens), None)
+    deep = next((r["avg_ts"] for r in rows if depth and r.get("n_depth") == depth
+                 and r.get("n_gen") == decode_tokens), None)
+    return Figures("llama.cpp", decode=decode, prefill=prefill, depth=deep,
                    note=f"{gguf.name}, llama-bench -t {threads}")
 
 
@@ -235,8 +264,10 @@ def best_llama(rounds: list[Figures]) -> Figures:
         return rounds[0]
     decodes = [r.decode for r in ran if r.decode is not None]
     prefills = [r.prefill for r in ran if r.prefill is not None]
+    depths = [r.depth for r in ran if r.depth is not None]
     return Figures("llama.cpp", decode=max(decodes) if decodes else None,
                    prefill=max(prefills) if prefills else None,
+                   depth=max(depths) if depths else None,
                    note=f"{ran[0].note}, best of {len(ran)} rounds")
 
 
@@ -302,6 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-tokens", type=int, default=64)
     parser.add_argument("--concurrent", type=int, default=8)
     parser.add_argument("--concurrent-tokens", type=int, default=32)
+    parser.add_argument("--depth", type=int, default=2000,
+                        help="history tokens before the 'decode @ depth' figure (0: skip it)")
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--no-transformers", action="store_true")
     parser.add_argument("--no-quality", action="store_true")
@@ -352,6 +385,9 @@ def main(argv: list[str] | None = None) -> int:
     history = template.render_ids(history_msgs, add_generation_prompt=False)
     turn = template.turn_ids(history_msgs, TURN_40)
     print(f"  TTFT turn: {len(turn)} new tokens on a {len(history)}-token cached history")
+    # The depth history: the fixed text, repeated, as one long user message's tokens.
+    text_ids = [int(t) for t in tokenizer.encode(fixed_text())]
+    deep_history = (text_ids * (args.depth // max(len(text_ids), 1) + 1))[:args.depth]
 
     rounds: dict[str, dict[str, list[float]]] = {}
 
@@ -369,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
             record(name, "concurrent", ours_concurrent(engine, prompts,
                                                        args.concurrent_tokens))
             record(name, "ttft", ours_ttft(engine, history, turn))
+            if args.depth:
+                record(name, "depth", ours_depth(engine, deep_history, turn,
+                                                 args.decode_tokens))
         if not args.no_transformers:
             hf_generate(hf, prompt, 2)
             record("hf", "decode", hf_decode(hf, prompt, args.decode_tokens))
@@ -378,10 +417,11 @@ def main(argv: list[str] | None = None) -> int:
         # llama-bench inside every round too: this machine's speed drifts over minutes (a
         # shared host), so each peer's best comes from the same stretches of time.
         llama_rounds.append(llama_figures(args.llama_bench, gguf, args.threads,
-                                          args.decode_tokens))
+                                          args.decode_tokens, args.depth))
 
     table = [Figures(f"ours {name}", decode=best(r["decode"]), prefill=best(r["prefill"]),
-                     concurrent=best(r["concurrent"]), ttft=best(r["ttft"], low=True))
+                     concurrent=best(r["concurrent"]), ttft=best(r["ttft"], low=True),
+                     depth=best(r["depth"]) if "depth" in r else None)
              for name, r in rounds.items() if name != "hf"]
     if "hf" in rounds:
         r = rounds["hf"]
@@ -392,11 +432,13 @@ def main(argv: list[str] | None = None) -> int:
     table.append(best_llama(llama_rounds))
 
     print(f"\n{'':22s} {'decode tok/s':>12s} {'prefill512 tok/s':>16s} "
-          f"{f'{args.concurrent} concurrent tok/s':>20s} {'TTFT 40 ms':>10s}")
+          f"{f'{args.concurrent} concurrent tok/s':>20s} {'TTFT 40 ms':>10s} "
+          f"{f'decode @{args.depth}':>13s}")
     for row in table:
         print(f"{row.name:22s} {fmt(row.decode, '12.1f')} {fmt(row.prefill, '16.0f')} "
               f"{fmt(row.concurrent, '20.1f')} "
-              f"{fmt(None if row.ttft is None else row.ttft * 1000, '10.0f')}  {row.note}")
+              f"{fmt(None if row.ttft is None else row.ttft * 1000, '10.0f')} "
+              f"{fmt(row.depth, '13.1f')}  {row.note}")
     peers = [p for p in table if not p.name.startswith("ours")]
     print("\nratios (ours / peer; TTFT: peer / ours, so > 1 is better for ours):")
     for row in table:
@@ -407,7 +449,8 @@ def main(argv: list[str] | None = None) -> int:
             parts.append(f"vs {peer.name}: decode {ratio(row.decode, peer.decode)} prefill "
                          f"{ratio(row.prefill, peer.prefill)} concurrent "
                          f"{ratio(row.concurrent, peer.concurrent)} TTFT "
-                         f"{ratio(row.ttft, peer.ttft, inverse=True)}")
+                         f"{ratio(row.ttft, peer.ttft, inverse=True)} decode @ depth "
+                         f"{ratio(row.depth, peer.depth)}")
         b1 = row.decode or 0
         print(f"  {row.name}: concurrent/own batch-1 {ratio(row.concurrent, b1)}; "
               + "; ".join(parts))
@@ -420,8 +463,11 @@ def main(argv: list[str] | None = None) -> int:
             vs_llama = [ours / peer.decode for ours, peer in zip(r["decode"], llama_rounds,
                                                                   strict=True) if peer.decode]
             own = [c / d for c, d in zip(r["concurrent"], r["decode"], strict=True)]
+            deep = [ours / peer.depth for ours, peer in zip(r.get("depth", []), llama_rounds,
+                                                            strict=False) if peer.depth]
             print(f"  ours {name}: decode vs llama.cpp {spread(vs_llama)}; "
-                  f"concurrent/own batch-1 {spread(own)}")
+                  f"concurrent/own batch-1 {spread(own)}; decode @ depth vs llama.cpp "
+                  f"{spread(deep)}")
 
     if args.profile:
         print("\nprofile of one batch-1 decode step (8 steps after a 300-token prompt):")

@@ -19,11 +19,24 @@ from collections.abc import Iterable, Sequence
 
 import torch
 
-__all__ = ["GATHER_ALL_BYTES", "KVStorage", "StepKV"]
+__all__ = ["GATHER_ALL_BYTES", "MIRROR_SHARE", "KVStorage", "StepKV"]
 
 GATHER_ALL_BYTES = 32 << 20
-"""A decode step whose rows' pages hold at most this many K and V bytes, all layers
-together, gathers them once for every layer (`StepKV`); a larger one gathers per layer."""
+"""The least `KVStorage.mirror_bytes`: a decode step whose rows' pages hold at most that
+many K and V bytes, all layers together, gathers them once for every layer and keeps the
+copy for the next step (`StepKV`, `KVStorage.mirror`); a larger one gathers per layer."""
+
+MIRROR_SHARE = 4
+"""`KVStorage.mirror_bytes` is the storage's bytes over this (at least `GATHER_ALL_BYTES`).
+A conversation's history is a cached prefix with the turn's new pages after it, so it is
+rarely one run of pages; past the mirror's size every decode step gathered every layer's
+pages again. Measured on a 2-core AVX2 EPYC (SmolLM2-135M, int4, bfloat16 K/V, the
+default 2,048 pages of 16, `bench/bench_engine.py --depth`): batch-1 decode after a
+2,000-token history 22.7-26.9 tok/s with a 32 MB limit, 33.9-37.7 with this one (4,000
+tokens: 16.7-18.4 vs 23.9-25.1). A quarter of the pool (~190 MB by default) holds the
+model's whole context (8,192 positions, ~190 MB) for one sequence, or eight of 1,000
+tokens; the copy is kept between steps, so that much more memory stays in use after a long
+conversation."""
 
 
 class KVStorage:
@@ -49,6 +62,8 @@ class KVStorage:
         self._v_pages = [self.v[i] for i in range(num_layers)]
         # The copy `mirror` keeps between decode steps: flat K and V buffers, the pages each
         # row holds and the pages per row it has room for.
+        self.mirror_bytes = max(GATHER_ALL_BYTES, self.nbytes() // MIRROR_SHARE)
+        """The most K and V bytes `mirror` copies (see `MIRROR_SHARE`)."""
         self._mirror: tuple[torch.Tensor, torch.Tensor] | None = None
         self._held: list[list[int]] = []
         self._held_set: set[int] = set()
@@ -85,7 +100,7 @@ class KVStorage:
         batch, width = len(ids), len(ids[0])
         held = self._held
         if self._mirror is None or len(held) != batch or self._capacity < width:
-            most = GATHER_ALL_BYTES // (2 * layers * self.page_bytes * batch)
+            most = self.mirror_bytes // (2 * layers * self.page_bytes * batch)
             self._capacity = max(width, min(width + max(8, width // 2), most))
             held = [[] for _ in range(batch)]
         capacity = self._capacity
@@ -151,7 +166,7 @@ class StepKV:
 
     Three ways, by the rows' pages: one row on consecutive pages is read in place (views
     of the storage); otherwise the rows' pages of every layer are gathered into one copy
-    before the first layer (up to `GATHER_ALL_BYTES`; kept for the next step and updated,
+    before the first layer (up to `KVStorage.mirror_bytes`; kept for the next step and updated,
     `KVStorage.mirror`), each layer writes its new K/V into that copy, and `finish` writes
     them all to the storage at once; past that size each layer writes to the storage and
     gathers its own pages. Up to that size a layer's work is its two writes, no gathers and
@@ -176,7 +191,7 @@ class StepKV:
         self._gathered: tuple[torch.Tensor, torch.Tensor] | None = None
         size, layers = kv.page_size, kv.num_layers
         per_layer = (not isinstance(read_pages, int)
-                     and 2 * layers * read_pages.numel() * kv.page_bytes > GATHER_ALL_BYTES)
+                     and 2 * layers * read_pages.numel() * kv.page_bytes > kv.mirror_bytes)
         if kv.mirrored and (isinstance(read_pages, int) or per_layer):
             # Written to the storage, not through the kept copy (`KVStorage.mirror`).
             kv.note_writes(int(p) for p in (write_slots // size).tolist())

@@ -86,14 +86,13 @@ def test_runner_rejects_short_page_tables_and_bad_ids(tiny_llama: Any) -> None:
 
 
 @pytest.mark.parametrize("gather_all", [True, False])
-def test_step_kv_writes_and_reads_like_the_storage(gather_all: bool,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_step_kv_writes_and_reads_like_the_storage(gather_all: bool) -> None:
     """Rows on scattered pages (a padded one too), gathered for all layers at once or per
     layer: every layer reads its pages with the step's new K/V in place, and the storage
     ends up holding the new K/V at the written slots and nothing else changed."""
-    if not gather_all:
-        monkeypatch.setattr("engine.kv_storage.GATHER_ALL_BYTES", 0)
     kv = filled_storage()
+    if not gather_all:
+        kv.mirror_bytes = 0
     size = kv.page_size
     rows = [[2, 0], [3, 2]]  # row 1 reads page 2 too (shared prefix), writes into page 3
     positions = [4, 1]  # row 0: 5 positions on pages 2, 0; row 1: 2 positions, padded
@@ -118,6 +117,27 @@ def test_step_kv_writes_and_reads_like_the_storage(gather_all: bool,
     step.finish()
     assert torch.equal(token_major(kv.k), expected_k)
     assert torch.equal(token_major(kv.v), expected_v)
+
+
+def test_the_mirror_holds_up_to_a_share_of_the_storage(monkeypatch: pytest.MonkeyPatch
+                                                       ) -> None:
+    """Rows whose pages hold up to a quarter of the storage's bytes are gathered once for
+    every layer and kept (a long conversation's history, on pages that are not one run);
+    more are gathered per layer. The 32 MB floor is lowered so a small storage shows it."""
+    monkeypatch.setattr("engine.kv_storage.GATHER_ALL_BYTES", 0)
+    kv = KVStorage(num_layers=2, num_pages=16, page_size=3, num_kv_heads=2, head_dim=5)
+    assert kv.mirror_bytes == kv.nbytes() // 4  # K and V of 4 of the 16 pages
+    slot = torch.tensor([3 * 3 + 2])
+
+    def gathered_once(pages: list[int]) -> bool:
+        span = 3 * len(pages)
+        step = StepKV(kv, torch.tensor([pages]), span, slot, torch.tensor([span - 1]))
+        return step.layer_views() is not None
+
+    assert gathered_once([5, 1, 9, 3])  # 4 scattered pages: the kept copy
+    assert kv.mirrored
+    assert not gathered_once([5, 1, 9, 7, 3])  # 5: each layer gathers its own
+    assert not kv.mirrored  # the step writes page 3 in the storage: the copy is dropped
 
 
 def test_step_kv_reads_consecutive_pages_in_place() -> None:
