@@ -29,7 +29,8 @@ class PagedRunner:
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  script_decode: bool = True) -> None:
         """`script_decode`: run decode steps' layer loop in TorchScript where it applies
-        (int4 weights on CPU, see `engine.scripted_step`); False keeps the Python loop."""
+        (on CPU: int4 weights, and steps whose projections are fbgemm's float16 GEMMs; see
+        `engine.scripted_step`); False keeps the Python loop."""
         self.config = config
         self.weights = weights
         self.device = torch.device(device)

@@ -1,4 +1,4 @@
-"""The decode step's layer loop as TorchScript, for int4 weights on CPU.
+"""The decode step's layer loop as TorchScript, for int4 weights and float16 copies on CPU.
 
 At batch 1 a decode step on a CPU is mostly small calls: ~1,000 torch calls from Python per
 step (norms, RoPE, K/V writes, attention, residual adds) around 121 int4 projections.
@@ -7,6 +7,15 @@ loop run by TorchScript's interpreter instead of Python takes a step from 6.54 t
 at batch 1 and from 15.7 to 15.0 ms at batch 8, with bitwise-identical logits: the same
 aten kernels in the same order, without Python between them. Scripting takes ~12 ms
 once.
+
+Steps of as many rows as take the projections' float16 copies (AVX2 CPUs, see
+`engine.weight_formats.dense_copy_for`), and every step of the ``bf16`` format (its
+projections are those GEMMs), run a second scripted loop over fbgemm's packed float16
+weights, float32 activations around the compute-dtype K/V as in the Python loop
+(`engine.model.ModelWeights.activation_dtype`). On the AVX2 EPYC an 8-row step took
+51.4 -> 39.5 ms (median of 6 alternating rounds, bitwise-identical logits): each Python
+call of an fbgemm op goes through torch's Python op dispatch, and the 2-core host is slow
+at Python.
 
 `torch.jit.script` is deprecated upstream in favour of `torch.compile`, which compiled
 this step for ~2 minutes and ran it slower here; torch is pinned (2.13), and the engine
@@ -25,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from engine.quantize import Int4Linear
+from engine.quantize import Fp16PackedLinear, Int4Linear, Int8Linear
 from engine.weight_formats import DENSE_ROWS
 
 __all__ = ["ScriptedLayers"]
@@ -37,59 +46,114 @@ class ScriptedLayers:
     """Runs every layer of a decode step (see `engine.model.decode_one_token`) in one
     TorchScript call. Build with `ScriptedLayers.build`; call through `run`."""
 
-    def __init__(self, module: Any, rows: int = DENSE_ROWS) -> None:
+    def __init__(self, module: Any | None, rows: int = DENSE_ROWS,
+                 many: Any | None = None) -> None:
         self._module = module
-        """The scripted `_Int4Layers`: it holds the weights, so a call passes only the
-        step's tensors (passing ~420 weight tensors converted them on every call: ~70 us
-        of a ~6 ms step)."""
+        """The scripted `_Int4Layers` for steps of fewer than `rows` rows, if any: it holds
+        the weights, so a call passes only the step's tensors (passing ~420 weight tensors
+        converted them on every call: ~70 us of a ~6 ms step)."""
         self._rows = rows
-        """Steps of fewer rows run here; from this many, the projections' 16-bit copies."""
+        """Steps of fewer rows run the int4 loop; from this many, the projections' 16-bit
+        copies."""
+        self._many = many
+        """The scripted `_Fp16Layers` for steps of `rows` rows or more, if the copies are
+        float16 (or, with no int4 loop, for every step)."""
 
     @classmethod
     def build(cls, layers: Sequence[Any]) -> ScriptedLayers | None:
         """For `engine.model.LayerWeights` whose projections are all CPU `Int4Linear`s of
-        one group size; None otherwise, or when scripting fails."""
+        one group size (the int4 loop), or all float16-packed, alone or as the copies of
+        int8/int4 linears (the float16 loop); None when neither, or when scripting fails."""
         linears = [lin for layer in layers for lin in
                    (layer.qkv, layer.o, layer.gate_up, layer.down)]
-        if not linears or not all(isinstance(lin, Int4Linear) and lin.packed.device.type == "cpu"
-                                  for lin in linears):
+        if not linears:
             return None
-        groups = {lin.group for lin in linears}
-        if len(groups) != 1:
+        module = _script(_int4_layers(layers, linears))
+        packs = _fp16_packs(layers)
+        many = None if packs is None else _script(_Fp16Layers(*packs))
+        if module is None and many is None:
             return None
-        lists = {"attn_norm": [layer.attn_norm for layer in layers],
-                 "mlp_norm": [layer.mlp_norm for layer in layers]}
-        for name in ("qkv", "o", "gate_up", "down"):
-            lins = [getattr(layer, name) for layer in layers]
-            lists[f"{name}_w"] = [lin.packed for lin in lins]
-            lists[f"{name}_sz"] = [lin.scales_and_zeros for lin in lins]
-            lists[f"{name}_b"] = [lin.bias for lin in lins]
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", DeprecationWarning)  # see the module docstring
-                module = torch.jit.script(_Int4Layers(lists, groups.pop()))
-        except Exception as exc:  # an unexpected TorchScript failure: the Python loop runs
-            log.warning("decode step: TorchScript unavailable (%s: %s); using the Python loop",
-                        type(exc).__name__, exc)
-            return None
-        copies = [lin.dense_rows for lin in linears if lin.dense is not None]
-        return cls(module, min(copies, default=DENSE_ROWS))
+        copies = [lin.dense_rows for lin in linears
+                  if isinstance(lin, Int8Linear | Int4Linear) and lin.dense is not None]
+        # Where the copies start; with none, the bf16 format's float16 GEMMs from one row.
+        rows = min(copies, default=1 if many is not None else DENSE_ROWS)
+        return cls(module, rows, many)
 
     def covers(self, batch: int) -> bool:
-        """Whether a step of `batch` rows runs here: fewer rows than take the projections'
-        16-bit copies (see `engine.weight_formats.dense_rows_for`), which this does not
-        call."""
-        return batch < self._rows
+        """Whether a step of `batch` rows runs here: with the int4 loop, fewer rows than take
+        the projections' 16-bit copies (see `engine.weight_formats.dense_rows_for`); with
+        the float16 loop, those that do."""
+        if batch < self._rows:
+            return self._module is not None
+        return self._many is not None
 
     def run(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
             views: tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor,
                          list[torch.Tensor], list[torch.Tensor]],
             attn_mask: torch.Tensor | None, eps: torch.Tensor, *, heads: int, kv_heads: int,
             dim: int, groups: int) -> torch.Tensor:
-        """The residual stream after the last layer; `views` from `StepKV.layer_views`."""
-        result: torch.Tensor = self._module.forward(
+        """The residual stream after the last layer; `views` from `StepKV.layer_views`. A
+        step `covers` said yes to."""
+        module = self._module if x.shape[0] < self._rows else self._many
+        assert module is not None
+        result: torch.Tensor = module.forward(
             x, cos, sin, *views, attn_mask, eps, heads, kv_heads, dim, groups, dim ** -0.5)
         return result
+
+
+def _script(module: torch.nn.Module | None) -> Any | None:
+    """`module` scripted; None (logged) if TorchScript fails: the Python loop runs."""
+    if module is None:
+        return None
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)  # see the module docstring
+            return torch.jit.script(module)
+    except Exception as exc:  # an unexpected TorchScript failure
+        log.warning("decode step: TorchScript unavailable for %s (%s: %s); using the Python "
+                    "loop", type(module).__name__, type(exc).__name__, exc)
+        return None
+
+
+def _int4_layers(layers: Sequence[Any], linears: list[Any]) -> _Int4Layers | None:
+    if not all(isinstance(lin, Int4Linear) and lin.packed.device.type == "cpu"
+               for lin in linears):
+        return None
+    groups = {lin.group for lin in linears}
+    if len(groups) != 1:
+        return None
+    lists = {"attn_norm": [layer.attn_norm for layer in layers],
+             "mlp_norm": [layer.mlp_norm for layer in layers]}
+    for name in ("qkv", "o", "gate_up", "down"):
+        lins = [getattr(layer, name) for layer in layers]
+        lists[f"{name}_w"] = [lin.packed for lin in lins]
+        lists[f"{name}_sz"] = [lin.scales_and_zeros for lin in lins]
+        lists[f"{name}_b"] = [lin.bias for lin in lins]
+    return _Int4Layers(lists, groups.pop())
+
+
+def _fp16_packs(layers: Sequence[Any]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]
+                                                ] | None:
+    """The float16 loop's packed weights and biases by projection, or None unless every
+    projection is an `Fp16PackedLinear` (bias packed in) or an int8/int4 linear with one
+    as its copy (bias kept by the linear)."""
+    packs: dict[str, list[Any]] = {}
+    biases: dict[str, list[Any]] = {}
+    for name in ("qkv", "o", "gate_up", "down"):
+        for layer in layers:
+            lin = getattr(layer, name)
+            if isinstance(lin, Fp16PackedLinear):
+                pack, bias = lin.packed, None
+            elif (isinstance(lin, Int8Linear | Int4Linear)
+                  and isinstance(lin.dense, Fp16PackedLinear)):
+                pack, bias = lin.dense.packed, lin.bias
+            else:
+                return None
+            packs.setdefault(name, []).append(pack)
+            biases.setdefault(name, []).append(bias)
+    norms = {"attn_norm": [layer.attn_norm for layer in layers],
+             "mlp_norm": [layer.mlp_norm for layer in layers]}
+    return {**norms, **packs}, biases
 
 
 class _Int4Layers(torch.nn.Module):
@@ -152,7 +216,68 @@ class _Int4Layers(torch.nn.Module):
         return x
 
 
-# Helpers of `_Int4Layers.forward` (scripted with it).
+class _Fp16Layers(torch.nn.Module):
+    """Every layer's norms and float16-packed projections (fbgemm), and the decode step's
+    layer loop over them in float32 activations."""
+
+    if TYPE_CHECKING:
+        attn_norm: list[torch.Tensor]
+        mlp_norm: list[torch.Tensor]
+        qkv: list[Any]
+        o: list[Any]
+        gate_up: list[Any]
+        down: list[Any]
+        qkv_b: list[torch.Tensor | None]
+        o_b: list[torch.Tensor | None]
+        gate_up_b: list[torch.Tensor | None]
+        down_b: list[torch.Tensor | None]
+
+    def __init__(self, lists: dict[str, list[Any]], biases: dict[str, list[Any]]) -> None:
+        super().__init__()
+        packs = list[torch.classes.quantized.LinearPackedParamsBase]  # type: ignore[name-defined]
+        for name, values in lists.items():
+            kind = list[torch.Tensor] if name.endswith("_norm") else packs
+            setattr(self, name, torch.jit.Attribute(values, kind))
+        for name, values in biases.items():
+            setattr(self, f"{name}_b", torch.jit.Attribute(values, list[torch.Tensor | None]))
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                k_dst: list[torch.Tensor], v_dst: list[torch.Tensor], slots: torch.Tensor,
+                k_read: list[torch.Tensor], v_read: list[torch.Tensor],
+                attn_mask: torch.Tensor | None, eps: torch.Tensor, heads: int, kv_heads: int,
+                dim: int, groups: int, scale: float) -> torch.Tensor:
+        # The Python loop of engine.model.decode_one_token with float32 activations
+        # (Fp16PackedLinear.__call__ and the quantized linears' copy path inlined), the
+        # same calls in the same order: bitwise the same logits.
+        batch = x.shape[0]
+        dtype = cos.dtype  # the compute dtype: K/V and attention
+        cast = dtype != torch.float32
+        f32 = torch.float32
+        rotated = heads + kv_heads
+        for i in range(len(self.qkv)):
+            qkv = _fp16(_rms(x, self.attn_norm[i], eps, f32), self.qkv[i], self.qkv_b[i]
+                        ).view(batch, -1, dim)
+            rot = qkv[:, :rotated]
+            qk = torch.addcmul(rot * cos, rot.roll(dim // 2, -1), sin)
+            v = qkv[:, rotated:]
+            if cast:
+                qk, v = qk.to(dtype), v.to(dtype)
+            k_dst[i].index_copy_(1, slots, qk[:, heads:].transpose(0, 1))
+            v_dst[i].index_copy_(1, slots, v.transpose(0, 1))
+            out = F.scaled_dot_product_attention(
+                qk[:, :heads].view(batch, kv_heads, groups, dim), k_read[i], v_read[i],
+                attn_mask=attn_mask, scale=scale).reshape(batch, heads * dim)
+            if cast:
+                out = out.to(f32)
+            x = x + _fp16(out, self.o[i], self.o_b[i])
+            gate_up = _fp16(_rms(x, self.mlp_norm[i], eps, f32), self.gate_up[i],
+                            self.gate_up_b[i])
+            gate, up = gate_up.chunk(2, dim=-1)
+            x = x + _fp16(F.silu(gate) * up, self.down[i], self.down_b[i])
+        return x
+
+
+# Helpers of `_Int4Layers.forward` and `_Fp16Layers.forward` (scripted with them).
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: torch.Tensor, dtype: torch.dtype
          ) -> torch.Tensor:
@@ -164,6 +289,15 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: torch.Tensor, dtype: torch.
 def _linear(x: torch.Tensor, packed: torch.Tensor, scales_and_zeros: torch.Tensor,
             bias: torch.Tensor | None, group: int) -> torch.Tensor:
     y = torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, group, scales_and_zeros)
+    if bias is not None:
+        y = y + bias
+    return y
+
+
+def _fp16(x: torch.Tensor,
+          packed: torch.classes.quantized.LinearPackedParamsBase,  # type: ignore[name-defined]
+          bias: torch.Tensor | None) -> torch.Tensor:
+    y = torch.ops.quantized.linear_dynamic_fp16(x, packed)
     if bias is not None:
         y = y + bias
     return y

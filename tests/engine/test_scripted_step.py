@@ -1,5 +1,5 @@
-"""The decode step's layer loop in TorchScript (`engine.scripted_step`): the same logits,
-bit for bit, as the Python loop, wherever it runs; the Python loop wherever it does not."""
+"""The decode step's layer loops in TorchScript (`engine.scripted_step`): the same logits,
+bit for bit, as the Python loop, wherever they run; the Python loop wherever they do not."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ import torch
 
 from engine.loader import runner_from_hf_model
 from engine.paged_runner import PagedRunner
+from engine.quantize import Fp16PackedLinear
 from engine.runner import DecodeItem
 from engine.scripted_step import ScriptedLayers
 from engine.weight_formats import DENSE_ROWS, FP16_ROWS, dense_copy_for, dense_rows_for
 
 MODELS = ["tiny_llama", "tiny_qwen2", "tiny_mistral"]  # plain, Q/K/V biases, sliding window
+FBGEMM = "fbgemm" in torch.backends.quantized.supported_engines
+needs_fbgemm = pytest.mark.skipif(not FBGEMM, reason="fbgemm's float16 GEMM is not built in")
 
 
 def runners(model: Any, weights: str, *, page_size: int = 4) -> tuple[PagedRunner, PagedRunner]:
@@ -65,17 +68,56 @@ def test_scripted_decode_matches_the_python_loop_bit_for_bit(
     assert len(runs) == 12  # every step ran in TorchScript
 
 
-def test_a_batch_that_takes_the_16_bit_copies_runs_the_python_loop(tiny_llama: Any) -> None:
-    scripted, _ = runners(tiny_llama, "int4")  # this CPU's copy, if any (engine.dense_prefill)
-    rows = dense_rows_for("layers.0.qkv", dense_copy_for("auto"))
-    assert rows == (FP16_ROWS if dense_copy_for("auto") == "fp16" else DENSE_ROWS)
+@needs_fbgemm
+@pytest.mark.parametrize("name", MODELS)
+@pytest.mark.parametrize("weights", ["int4", "int8", "bf16"])
+def test_the_float16_loop_matches_the_python_loop_bit_for_bit(
+        name: str, weights: str, request: pytest.FixtureRequest,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Steps the float16 GEMMs serve: int8/int4 batches of `FP16_ROWS` rows or more with
+    float16 copies (forced here, whatever this CPU is), and every step of the bf16
+    format, whose projections are those GEMMs."""
+    monkeypatch.setattr("engine.weight_formats.dense_copy_for", lambda mode, device: "fp16")
+    model = request.getfixturevalue(name)
+    scripted, plain = runners(model, weights)
+    layers = scripted.scripted
+    assert layers is not None and plain.scripted is None
+    runs: list[int] = []
+    run = layers.run
+    monkeypatch.setattr(layers, "run",
+                        lambda x, *a, **k: runs.append(x.shape[0]) or run(x, *a, **k))
+    # Five sequences of different lengths on scattered pages (gathered, with a mask; past
+    # mistral's 8-token window), then for bf16 one on consecutive pages (read in place).
+    cases = [([[9, 8, 7], list(range(20, 31)), [1, 2], [5, 6, 7, 8], [11] * 9],
+              [[40, 12, 50, 13, 60], [41, 14, 51, 15, 61, 16], [42, 17, 52, 18, 62],
+               [43, 19, 53, 20, 63], [44, 21, 54, 22, 64, 23]])]
+    if weights == "bf16":
+        cases.append(([[3, 4, 5, 6, 7]], [list(range(0, 6))]))
+    for prompts, tables in cases:
+        for a, b in decode_both(scripted, plain, prompts, tables, steps=6):
+            assert torch.equal(a, b)
+    assert torch.equal(scripted.kv.k, plain.kv.k) and torch.equal(scripted.kv.v, plain.kv.v)
+    assert runs == [5] * 6 + ([1] * 6 if weights == "bf16" else [])
+
+
+def test_a_batch_takes_the_loop_of_its_projections(tiny_llama: Any) -> None:
+    """This CPU's copy, if any (engine.dense_prefill): bfloat16 copies (AMX, AVX512-BF16)
+    run in the Python loop, float16 copies (AVX2) in the scripted float16 loop."""
+    scripted, _ = runners(tiny_llama, "int4")
+    kind = dense_copy_for("auto")
+    rows = dense_rows_for("layers.0.qkv", kind)
+    assert rows == (FP16_ROWS if kind == "fp16" else DENSE_ROWS)
     assert scripted.scripted is not None
     assert scripted.scripted.covers(rows - 1)
-    assert not scripted.scripted.covers(rows)
+    assert scripted.scripted.covers(rows) is (kind == "fp16" and FBGEMM)
 
 
-@pytest.mark.parametrize("weights", ["fp32", "bf16", "int8"])
-def test_other_weight_formats_run_the_python_loop(tiny_llama: Any, weights: str) -> None:
-    runner = runner_from_hf_model(tiny_llama, page_size=4, num_pages=16, weights=weights)
-    assert runner.scripted is None
-    assert ScriptedLayers.build(runner.weights.layers) is None
+def test_fp32_and_int8_without_float16_copies_run_the_python_loop(tiny_llama: Any) -> None:
+    for weights, dense in (("fp32", "auto"), ("int8", "never"), ("int8", "always")):
+        runner = runner_from_hf_model(tiny_llama, page_size=4, num_pages=16, weights=weights,
+                                      dense_prefill=dense)
+        if dense == "always" and isinstance(
+                getattr(runner.weights.layers[0].qkv, "dense", None), Fp16PackedLinear):
+            continue  # "always" is this CPU's float16 copy: scripted above
+        assert runner.scripted is None
+        assert ScriptedLayers.build(runner.weights.layers) is None

@@ -266,8 +266,8 @@ def test_decode_steps_of_many_rows_take_the_float16_copies(
     force_copy(monkeypatch, "fp16")
     runner = runner_from_hf_model(tiny_llama, page_size=4, num_pages=64, weights="int4")
     scripted = runner.scripted
-    assert scripted is not None  # the layer loop of fewer rows than the copies take
-    assert scripted.covers(FP16_ROWS - 1) and not scripted.covers(FP16_ROWS)
+    assert scripted is not None  # the int4 loop below FP16_ROWS, the float16 loop from it
+    assert scripted.covers(FP16_ROWS - 1) and scripted.covers(FP16_ROWS)
     prompts = [[int(t) for t in torch.randint(3, TINY_VOCAB, (5 + i,),
                                               generator=torch.Generator().manual_seed(i))]
                for i in range(FP16_ROWS)]
@@ -276,13 +276,54 @@ def test_decode_steps_of_many_rows_take_the_float16_copies(
         runner.prefill(table, 0, ids[:-1])
     items = [DecodeItem(t, len(ids) - 1, ids[-1]) for t, ids in zip(tables, prompts,
                                                                      strict=True)]
-    together = runner.decode(items)  # FP16_ROWS rows: float16 copies, Python loop
+    together = runner.decode(items)  # FP16_ROWS rows: float16 copies, scripted
     alone = torch.cat([runner.decode([item]) for item in items])  # one row: int4, scripted
     assert together.shape == alone.shape and together.dtype == torch.float32
     assert not torch.equal(together, alone)  # different kernels ran...
     # ...on the same dequantized weights (bfloat16 activations in the int4 kernel).
     assert float((together - alone).abs().max()) < 0.05 * float(alone.abs().max())
     assert torch.equal(together.argmax(-1), alone.argmax(-1))
+
+
+@pytest.mark.skipif(not FBGEMM, reason="fbgemm's float16 GEMM is not in this torch build")
+def test_rows_the_float16_copies_serve_keep_float32_activations(
+        tiny_llama: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between float16 GEMMs (float32 in and out) activations stay float32: every copy gets
+    float32 rows, and K/V is still written in the compute dtype. Rows the int4 kernel
+    serves (the scripted step) compute in bfloat16 as before."""
+    force_copy(monkeypatch, "fp16")
+    runner = runner_from_hf_model(tiny_llama, page_size=4, num_pages=64, weights="int4")
+    weights = runner.weights
+    assert weights.float32_from == FP16_ROWS
+    assert weights.activation_dtype(FP16_ROWS) == torch.float32
+    assert weights.activation_dtype(FP16_ROWS - 1) == runner.dtype == torch.bfloat16
+    seen: list[tuple[int, torch.dtype]] = []
+    call = Fp16PackedLinear.__call__
+
+    def spy(self: Fp16PackedLinear, x: torch.Tensor) -> torch.Tensor:
+        seen.append((x.shape[0], x.dtype))
+        return call(self, x)
+
+    monkeypatch.setattr(Fp16PackedLinear, "__call__", spy)
+    ids = [int(t) for t in torch.randint(3, TINY_VOCAB, (9,),
+                                         generator=torch.Generator().manual_seed(3))]
+    tables = [list(range(4 * i, 4 * i + 4)) for i in range(FP16_ROWS)]
+    runner.prefill(tables[0], 0, ids)  # 9 rows
+    assert seen and {dtype for _, dtype in seen} == {torch.float32}
+    written = runner.kv.k[:, :, 0:3]  # pages 0-2 hold the 9 positions
+    assert runner.kv.k.dtype == torch.bfloat16 and bool(written.abs().sum() > 0)
+    for table in tables[1:]:
+        runner.prefill(table, 0, ids[:5])
+    seen.clear()
+    scripted, runner.scripted = runner.scripted, None  # the Python loop (the scripted
+    # float16 loop makes the same calls: tests/engine/test_scripted_step.py)
+    runner.decode([DecodeItem(t, 5 if i else 9, ids[0]) for i, t in enumerate(tables)])
+    assert len(seen) == 4 * tiny_llama.config.num_hidden_layers + 1  # the layers, lm_head
+    assert {dtype for _, dtype in seen} == {torch.float32}
+    runner.scripted = scripted
+    seen.clear()
+    runner.decode([DecodeItem(tables[0], 10, ids[1])])  # one row: the scripted int4 loop
+    assert seen == [(1, torch.float32)]  # only the float16 output projection, unrounded
 
 
 def test_engine_generates_in_int4(tiny_llama: Any) -> None:
