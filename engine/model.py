@@ -219,10 +219,13 @@ def _float32_from(layers: Sequence[LayerWeights]) -> int | None:
     rows = []
     for layer in layers:
         for linear in (layer.qkv, layer.o, layer.gate_up, layer.down):
-            if not (isinstance(linear, Int8Linear | Int4Linear)
-                    and isinstance(linear.dense, Fp16PackedLinear)):
+            if isinstance(linear, Fp16PackedLinear):  # the bf16 format's, or a copy alone
+                rows.append(1)
+            elif (isinstance(linear, Int8Linear | Int4Linear)
+                  and isinstance(linear.dense, Fp16PackedLinear)):
+                rows.append(linear.dense_rows)
+            else:
                 return None
-            rows.append(linear.dense_rows)
     return max(rows, default=None)
 
 

@@ -44,13 +44,15 @@ DENSE_ROWS = 16
 MLP's 1536x576: 0.05 ms at 1 row, 0.37 at 16, 8.9 at 512), the AMX GEMM's hardly (1.3 ms
 at 512) but it streams 4x the bytes, so below ~16 rows, with the model's weights out of
 cache, it is no faster (8 concurrent decode: 111 vs 112 tok/s at 8 rows)."""
-FP16_ROWS = 4
+FP16_ROWS = 2
 """From this many rows on, quantized linears with a float16 copy (AVX2 CPUs, see
 `dense_copy_for`) use it. Measured on a 2-core AMD EPYC with AVX2 and no AVX-512, all 30
 layers of SmolLM2-135M (cold in cache): the int4 kernel took 11.1 ms at 1 row, 22.9 at 4,
-37.9 at 8 and 219 at 44 (2 threads); fbgemm's float16 GEMM 13.5, 16.0, 25.3 and 89.4 ms;
-on one thread (the assistant's default on 2 cores) 0.94x the int4 time at 1-3 rows and
-0.73x at 4."""
+37.9 at 8 and 219 at 44 (2 threads); fbgemm's float16 GEMM 13.5, 16.0, 25.3 and 89.4 ms.
+Whole decode steps, both loops in TorchScript (`engine.scripted_step`), median of 5
+alternating rounds: 2 rows 21.0 -> 18.7 ms and 3 rows 25.3 -> 22.8 with the copy from 2
+rows instead of 4 (another run: 25.2 -> 20.2, 26.5 -> 23.3); at 1 row the int4 loop and
+the float16 loop tie (19.9 vs 20.1 ms), and the int4 weights read a quarter of the bytes."""
 DensePrefill = Literal["auto", "always", "never"]
 """Whether int8/int4 linears keep a 16-bit copy for many rows (see `dense_copy_for`):
 auto = where one is measured faster; always; never."""

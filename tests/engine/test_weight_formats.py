@@ -297,6 +297,10 @@ def test_rows_the_float16_copies_serve_keep_float32_activations(
     assert weights.float32_from == FP16_ROWS
     assert weights.activation_dtype(FP16_ROWS) == torch.float32
     assert weights.activation_dtype(FP16_ROWS - 1) == runner.dtype == torch.bfloat16
+    bf16 = runner_from_hf_model(tiny_llama, page_size=4, num_pages=8, weights="bf16").weights
+    assert bf16.float32_from == 1 and bf16.activation_dtype(1) == torch.float32
+    fp32 = runner_from_hf_model(tiny_llama, page_size=4, num_pages=8, weights="fp32").weights
+    assert fp32.float32_from is None
     seen: list[tuple[int, torch.dtype]] = []
     call = Fp16PackedLinear.__call__
 
