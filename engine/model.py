@@ -35,11 +35,10 @@ from engine.model_config import ModelConfig
 from engine.quantize import (
     DenseLinear,
     Fp16PackedLinear,
-    Int4Linear,
-    Int8Linear,
     Linear,
     QuantizedTensors,
     bf16_linear,
+    float16_gemm,
     linear_from_quantized,
     quantize_linear,
 )
@@ -216,17 +215,11 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
 
 def _float32_from(layers: Sequence[LayerWeights]) -> int | None:
     """See `ModelWeights.float32_from`."""
-    rows = []
-    for layer in layers:
-        for linear in (layer.qkv, layer.o, layer.gate_up, layer.down):
-            if isinstance(linear, Fp16PackedLinear):  # the bf16 format's, or a copy alone
-                rows.append(1)
-            elif (isinstance(linear, Int8Linear | Int4Linear)
-                  and isinstance(linear.dense, Fp16PackedLinear)):
-                rows.append(linear.dense_rows)
-            else:
-                return None
-    return max(rows, default=None)
+    gemms = [float16_gemm(linear) for layer in layers
+             for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+    if not gemms or any(gemm is None for gemm in gemms):
+        return None
+    return max(gemm[1] for gemm in gemms if gemm is not None)
 
 
 def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:

@@ -264,6 +264,18 @@ def _fbgemm_int8(tensors: QuantizedTensors) -> Any:
         return torch.ops.quantized.linear_prepack(weight, None)
 
 
+def float16_gemm(linear: Linear) -> tuple[Fp16PackedLinear, int] | None:
+    """The fbgemm float16 GEMM `linear` runs and from how many rows: an `Fp16PackedLinear`
+    is one from the first row (its bias packed in); an int8/int4 linear's float16 copy
+    from its `dense_rows` (the linear adds the bias). None if it runs none."""
+    if isinstance(linear, Fp16PackedLinear):
+        return linear, 1
+    if isinstance(linear, Int8Linear | Int4Linear) and isinstance(linear.dense,
+                                                                   Fp16PackedLinear):
+        return linear.dense, linear.dense_rows
+    return None
+
+
 def _fits_float16(weight: torch.Tensor) -> bool:
     """Whether float16 holds `weight`'s magnitudes (for fbgemm's float16 packing)."""
     return float(weight.abs().max()) <= torch.finfo(torch.float16).max

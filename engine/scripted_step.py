@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from engine.quantize import Fp16PackedLinear, Int4Linear, Int8Linear
+from engine.quantize import Int4Linear, Int8Linear, float16_gemm
 from engine.weight_formats import DENSE_ROWS
 
 __all__ = ["ScriptedLayers"]
@@ -122,8 +122,7 @@ def _int4_layers(layers: Sequence[Any], linears: list[Any]) -> _Int4Layers | Non
     groups = {lin.group for lin in linears}
     if len(groups) != 1:
         return None
-    lists = {"attn_norm": [layer.attn_norm for layer in layers],
-             "mlp_norm": [layer.mlp_norm for layer in layers]}
+    lists = _norms(layers)
     for name in ("qkv", "o", "gate_up", "down"):
         lins = [getattr(layer, name) for layer in layers]
         lists[f"{name}_w"] = [lin.packed for lin in lins]
@@ -134,26 +133,25 @@ def _int4_layers(layers: Sequence[Any], linears: list[Any]) -> _Int4Layers | Non
 
 def _fp16_packs(layers: Sequence[Any]) -> tuple[dict[str, list[Any]], dict[str, list[Any]]
                                                 ] | None:
-    """The float16 loop's packed weights and biases by projection, or None unless every
-    projection is an `Fp16PackedLinear` (bias packed in) or an int8/int4 linear with one
-    as its copy (bias kept by the linear)."""
-    packs: dict[str, list[Any]] = {}
+    """The float16 loop's norms and packed weights, and the biases, by projection; None
+    unless every projection runs a float16 GEMM (`engine.quantize.float16_gemm`: its own,
+    bias packed in, or an int8/int4 linear's copy, the linear keeping the bias)."""
+    packs: dict[str, list[Any]] = _norms(layers)
     biases: dict[str, list[Any]] = {}
     for name in ("qkv", "o", "gate_up", "down"):
         for layer in layers:
             lin = getattr(layer, name)
-            if isinstance(lin, Fp16PackedLinear):
-                pack, bias = lin.packed, None
-            elif (isinstance(lin, Int8Linear | Int4Linear)
-                  and isinstance(lin.dense, Fp16PackedLinear)):
-                pack, bias = lin.dense.packed, lin.bias
-            else:
+            gemm = float16_gemm(lin)
+            if gemm is None:
                 return None
-            packs.setdefault(name, []).append(pack)
-            biases.setdefault(name, []).append(bias)
-    norms = {"attn_norm": [layer.attn_norm for layer in layers],
-             "mlp_norm": [layer.mlp_norm for layer in layers]}
-    return {**norms, **packs}, biases
+            packs.setdefault(name, []).append(gemm[0].packed)
+            biases.setdefault(name, []).append(None if gemm[0] is lin else lin.bias)
+    return packs, biases
+
+
+def _norms(layers: Sequence[Any]) -> dict[str, list[Any]]:
+    return {"attn_norm": [layer.attn_norm for layer in layers],
+            "mlp_norm": [layer.mlp_norm for layer in layers]}
 
 
 class _Int4Layers(torch.nn.Module):
@@ -193,21 +191,14 @@ class _Int4Layers(torch.nn.Module):
         # _mlp and Int4Linear.__call__ inlined), so the logits are bitwise the same.
         batch = x.shape[0]
         dtype = cos.dtype
-        rotated = heads + kv_heads
         group = self.group
         for i in range(len(self.qkv_w)):
             h = _rms(x, self.attn_norm[i], eps, dtype)
             qkv = _linear(h, self.qkv_w[i], self.qkv_sz[i], self.qkv_b[i], group).view(
                 batch, -1, dim)
-            rot = qkv[:, :rotated]
-            qk = torch.addcmul(rot * cos, rot.roll(dim // 2, -1), sin)
-            k_dst[i].index_copy_(1, slots, qk[:, heads:].transpose(0, 1))
-            v_dst[i].index_copy_(1, slots, qkv[:, rotated:].transpose(0, 1))
-            out = F.scaled_dot_product_attention(
-                qk[:, :heads].view(batch, kv_heads, groups, dim), k_read[i], v_read[i],
-                attn_mask=attn_mask, scale=scale)
-            x = x + _linear(out.reshape(batch, heads * dim), self.o_w[i], self.o_sz[i],
-                            self.o_b[i], group)
+            out = _attend(qkv, cos, sin, k_dst[i], v_dst[i], slots, k_read[i], v_read[i],
+                          attn_mask, heads, kv_heads, dim, groups, scale)
+            x = x + _linear(out, self.o_w[i], self.o_sz[i], self.o_b[i], group)
             gate_up = _linear(_rms(x, self.mlp_norm[i], eps, dtype), self.gate_up_w[i],
                               self.gate_up_sz[i], self.gate_up_b[i], group)
             gate, up = gate_up.chunk(2, dim=-1)
@@ -250,25 +241,12 @@ class _Fp16Layers(torch.nn.Module):
         # (Fp16PackedLinear.__call__ and the quantized linears' copy path inlined), the
         # same calls in the same order: bitwise the same logits.
         batch = x.shape[0]
-        dtype = cos.dtype  # the compute dtype: K/V and attention
-        cast = dtype != torch.float32
         f32 = torch.float32
-        rotated = heads + kv_heads
         for i in range(len(self.qkv)):
             qkv = _fp16(_rms(x, self.attn_norm[i], eps, f32), self.qkv[i], self.qkv_b[i]
                         ).view(batch, -1, dim)
-            rot = qkv[:, :rotated]
-            qk = torch.addcmul(rot * cos, rot.roll(dim // 2, -1), sin)
-            v = qkv[:, rotated:]
-            if cast:
-                qk, v = qk.to(dtype), v.to(dtype)
-            k_dst[i].index_copy_(1, slots, qk[:, heads:].transpose(0, 1))
-            v_dst[i].index_copy_(1, slots, v.transpose(0, 1))
-            out = F.scaled_dot_product_attention(
-                qk[:, :heads].view(batch, kv_heads, groups, dim), k_read[i], v_read[i],
-                attn_mask=attn_mask, scale=scale).reshape(batch, heads * dim)
-            if cast:
-                out = out.to(f32)
+            out = _attend(qkv, cos, sin, k_dst[i], v_dst[i], slots, k_read[i], v_read[i],
+                          attn_mask, heads, kv_heads, dim, groups, scale)
             x = x + _fp16(out, self.o[i], self.o_b[i])
             gate_up = _fp16(_rms(x, self.mlp_norm[i], eps, f32), self.gate_up[i],
                             self.gate_up_b[i])
@@ -278,6 +256,30 @@ class _Fp16Layers(torch.nn.Module):
 
 
 # Helpers of `_Int4Layers.forward` and `_Fp16Layers.forward` (scripted with them).
+
+def _attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_dst: torch.Tensor,
+            v_dst: torch.Tensor, slots: torch.Tensor, k_read: torch.Tensor,
+            v_read: torch.Tensor, attn_mask: torch.Tensor | None, heads: int, kv_heads: int,
+            dim: int, groups: int, scale: float) -> torch.Tensor:
+    """One layer's RoPE, K/V write and attention from its ``[B, heads + 2 * kv_heads, D]``
+    projections; ``[B, heads * D]`` in qkv's dtype. K/V and attention are in the compute
+    dtype (cos's): float32 activations (the float16 loop) are converted around them."""
+    batch = qkv.shape[0]
+    dtype = cos.dtype
+    rotated = heads + kv_heads
+    rot = qkv[:, :rotated]
+    qk = torch.addcmul(rot * cos, rot.roll(dim // 2, -1), sin)
+    v = qkv[:, rotated:]
+    cast = qk.dtype != dtype
+    if cast:
+        qk, v = qk.to(dtype), v.to(dtype)
+    k_dst.index_copy_(1, slots, qk[:, heads:].transpose(0, 1))
+    v_dst.index_copy_(1, slots, v.transpose(0, 1))
+    out = F.scaled_dot_product_attention(
+        qk[:, :heads].view(batch, kv_heads, groups, dim), k_read, v_read,
+        attn_mask=attn_mask, scale=scale).reshape(batch, heads * dim)
+    return out.to(qkv.dtype) if cast else out
+
 
 def _rms(x: torch.Tensor, weight: torch.Tensor, eps: torch.Tensor, dtype: torch.dtype
          ) -> torch.Tensor:
