@@ -149,8 +149,8 @@ def ours_ttft(engine: Engine, history: list[int], turn: list[int]) -> float:
 
 def ours_depth(engine: Engine, history: list[int], turn: list[int], count: int) -> float:
     """Decode after a conversation's cached history: a previous sequence computed it, this
-    one references its pages and computes `turn` on new ones. A third sequence takes the
-    page after the history's first, so the turn's pages never continue the history's run
+    one references its pages and computes `turn` on new ones. A third sequence first takes
+    the page after the history's last, so the turn's pages never continue the history's run
     (the dialogue's never do: its pages come and go with speculative forks and closed
     turns), and attention reads them through the step's gathered copy, not in place."""
     params = SamplingParams(max_new_tokens=count, ignore_eos=True)
@@ -237,7 +237,7 @@ def llama_figures(binary: Path | None, gguf: Path | None, threads: int, decode_t
         return Figures("llama.cpp", note=f"skipped: {binary} not found")
     base = [str(binary), "-m", str(gguf), "-t", str(threads), "-o", "json"]
     runs = [["-p", "512", "-n", str(decode_tokens), "-r", "3"]]
-    if depth:  # its own run: -d applies to every test of a run, and a 512 prefill after
+    if depth:  # its own run: -d applies to every test of a run (the 512 prefill too)
         runs.append(["-p", "0", "-n", str(decode_tokens), "-d", str(depth), "-r", "2"])
     rows: list[dict[str, Any]] = []
     try:
