@@ -52,7 +52,7 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
         raise EngineError(f"GGUF file not found: {path / gguf_file}")
     fmt = None if weights is None else resolve_weight_format(weights)
     torch_dtype = resolve_dtype(dtype) if fmt is None else compute_dtype_for(fmt, device)
-    load_dtype = resolve_dtype("float32") if fmt in ("int8", "int4") else torch_dtype
+    load_dtype = resolve_dtype("float32") if fmt in ("bf16", "int8", "int4") else torch_dtype
     extra: dict[str, Any] = {"local_files_only": True}
     if gguf_file is not None:
         extra["gguf_file"] = gguf_file

@@ -38,6 +38,7 @@ from engine.quantize import (
     Linear,
     QuantizedTensors,
     bf16_linear,
+    bf16_packs_float16,
     float16_gemm,
     linear_from_quantized,
     quantize_linear,
@@ -159,17 +160,19 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
     `dtype`, the norms in float32."""
     dev = torch.device(device)
 
-    def get(name: str) -> torch.Tensor:
+    def get(name: str, as_dtype: torch.dtype = dtype) -> torch.Tensor:
         if name not in state:
             raise UnsupportedModelError(
                 f"model_type {cfg.model_type!r}: weight {name!r} missing from the checkpoint"
             )
-        return state[name].detach().to(device=dev, dtype=dtype)
+        return state[name].detach().to(device=dev, dtype=as_dtype)
 
-    def get_f32(name: str) -> torch.Tensor:
-        return get(name).float() if dtype != torch.float32 else get(name)
+    def get_f32(name: str) -> torch.Tensor:  # the norms: as loaded, not rounded to dtype
+        return get(name, torch.float32)
 
     linears: dict[str, Linear] = {}
+    packed = fmt == "bf16" and bf16_packs_float16(
+        (weight for _, weight, _ in fused_linears(cfg, state)), dev)
     for name, weight, bias in fused_linears(cfg, state):
         if fmt in ("int8", "int4"):
             tensors = (quantized or {}).get(name) or quantize_linear(
@@ -180,7 +183,7 @@ def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor],
                                                   dense_rows=dense_rows_for(name, dense),
                                                   vnni=vnni_int8_for(name, fmt, dev))
         elif fmt == "bf16":
-            linears[name] = bf16_linear(weight, bias, device=dev)
+            linears[name] = bf16_linear(weight, bias, device=dev, packed=packed)
         else:
             linears[name] = DenseLinear.build(
                 weight.to(device=dev, dtype=dtype),

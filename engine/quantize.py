@@ -38,6 +38,7 @@ Quantization is split from packing: `quantize_linear` returns device-independent
 from __future__ import annotations
 
 import warnings
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,6 +56,7 @@ __all__ = [
     "Linear",
     "QuantizedTensors",
     "bf16_linear",
+    "bf16_packs_float16",
     "dequantize",
     "linear_from_quantized",
     "quantize_linear",
@@ -145,13 +147,22 @@ class Fp16PackedLinear(Linear):
         return 2 * self.in_features * self.out_features
 
 
-def bf16_linear(weight: torch.Tensor, bias: torch.Tensor | None, *, device: torch.device
-                ) -> Linear:
+def bf16_packs_float16(weights: Iterable[torch.Tensor], device: torch.device) -> bool:
+    """Whether the ``bf16`` format packs a model's linears, `weights`, for fbgemm's float16
+    kernel on `device`: on CPU, where float16 holds every one of them rounded to bfloat16.
+    All or none: packed linears take and return float32, dense bfloat16 ones bfloat16, and
+    one model's activations are of one dtype (`engine.model.ModelWeights.activation_dtype`;
+    a model with both failed on its first step)."""
+    return device.type == "cpu" and all(
+        _fits_float16(weight.detach().to(torch.bfloat16)) for weight in weights)
+
+
+def bf16_linear(weight: torch.Tensor, bias: torch.Tensor | None, *, device: torch.device,
+                packed: bool) -> Linear:
     """The ``bf16`` format's linear: `weight` rounded to bfloat16, packed for fbgemm's
-    float16 kernel on CPU (dense bfloat16 if float16 cannot hold it), dense bfloat16
-    elsewhere."""
+    float16 kernel if `packed` (see `bf16_packs_float16`), else dense bfloat16."""
     rounded = weight.detach().to(device=device, dtype=torch.bfloat16)
-    if device.type == "cpu" and _fits_float16(rounded):
+    if packed:
         return Fp16PackedLinear.build(rounded, bias)
     return DenseLinear.build(rounded, None if bias is None else bias.to(device=device,
                                                                         dtype=torch.bfloat16))

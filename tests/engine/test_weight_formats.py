@@ -4,6 +4,7 @@ the quantized-weight cache."""
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, cast
 
@@ -21,6 +22,7 @@ from engine.quantize import (
     Int4Linear,
     Int8Linear,
     bf16_linear,
+    bf16_packs_float16,
     dequantize,
     linear_from_quantized,
     quantize_linear,
@@ -195,8 +197,8 @@ def test_format_names_and_dtypes() -> None:
     assert resolve_weight_format("bfloat16") == "bf16"
     assert compute_dtype_for("fp32") == torch.float32
     assert compute_dtype_for("int4") == torch.bfloat16
-    assert compute_dtype_for("bf16") == torch.float32  # CPU: fbgemm's float16 kernel
-    assert compute_dtype_for("bf16", "cuda") == torch.bfloat16
+    # On CPU, too: fbgemm's float16 GEMM takes float32 activations, K/V stays bfloat16.
+    assert compute_dtype_for("bf16") == compute_dtype_for("bf16", "cuda") == torch.bfloat16
     with pytest.raises(EngineError, match="unknown weight format"):
         resolve_weight_format("int3")
 
@@ -204,7 +206,8 @@ def test_format_names_and_dtypes() -> None:
 def test_bf16_on_cpu_computes_with_the_bfloat16_weights_in_float32() -> None:
     gen = torch.Generator().manual_seed(1)
     weight, bias = torch.randn(96, 64, generator=gen), torch.randn(96, generator=gen)
-    linear = bf16_linear(weight, bias, device=CPU)
+    assert bf16_packs_float16([weight], CPU)
+    linear = bf16_linear(weight, bias, device=CPU, packed=True)
     assert isinstance(linear, Fp16PackedLinear) and linear.nbytes() == 2 * 96 * 64
     x = torch.randn(2, 5, 64, generator=gen)
     ref = x @ weight.bfloat16().float().t() + bias
@@ -212,7 +215,30 @@ def test_bf16_on_cpu_computes_with_the_bfloat16_weights_in_float32() -> None:
     assert out.shape == (2, 5, 96) and out.dtype == torch.float32
     assert float((out - ref).abs().max()) < 1e-4
     # float16 cannot hold it: dense bfloat16 instead
-    assert isinstance(bf16_linear(weight * 1e5, None, device=CPU), DenseLinear)
+    assert not bf16_packs_float16([weight, weight * 1e5], CPU)
+    assert isinstance(bf16_linear(weight, None, device=CPU, packed=False), DenseLinear)
+
+
+def test_a_bf16_model_with_a_weight_float16_cannot_hold_runs_all_dense(
+        tiny_llama: Any) -> None:
+    """One weight past float16's range: no linear is packed (a model with both kinds
+    failed at its first step: packed ones return float32, dense ones take bfloat16)."""
+    model = copy.deepcopy(tiny_llama)
+    with torch.no_grad():
+        model.model.layers[1].mlp.down_proj.weight[0, 0] = 1e5
+    runner = runner_from_hf_model(model, page_size=4, num_pages=16, weights="bf16")
+    linears = [linear for layer in runner.weights.layers
+               for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
+    assert all(isinstance(linear, DenseLinear) for linear in linears)
+    assert runner.weights.float32_from is None and runner.kv.k.dtype == torch.bfloat16
+    exact = runner_from_hf_model(model, page_size=4, num_pages=16)
+    table, ids = list(range(16)), list(range(3, 23))
+    ref = exact.prefill(table, 0, ids, all_logits=True)
+    ours = torch.cat([runner.prefill(table, 0, ids[:-1], all_logits=True),
+                      runner.decode([DecodeItem(table, len(ids) - 1, ids[-1])])])
+    assert torch.isfinite(ours).all()  # (the 1e5 weight magnifies bfloat16's rounding)
+    assert float((ours - ref).abs().max()) < 0.25 * float(ref.abs().max())
+    assert float((ours.argmax(-1) == ref.argmax(-1)).float().mean()) >= 0.75
 
 
 def test_bf16_dense_weights_keep_the_out_in_layout() -> None:
