@@ -1,7 +1,7 @@
 """Build a `PagedRunner` (and tokenizer) from a local transformers checkpoint.
 
 Weights come through `transformers` (safetensors directories, or a GGUF file that
-transformers de-quantises), are copied into `engine.model`'s fused layout, and the
+transformers de-quantises), are copied into the fused layout of `engine.model_weights`, and the
 transformers model is dropped. Local paths only: nothing is fetched from a hub.
 """
 
@@ -69,7 +69,7 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
         raise EngineError(f"cannot load the model in {path}: {exc}") from exc
     quantized = None
     if fmt in ("int8", "int4") and cache_dir is not None:
-        from engine.model import fused_linears
+        from engine.model_weights import fused_linears
         from engine.quantize import quantize_linear
         from engine.weight_cache import load_or_quantize
         from engine.weight_formats import format_for_linear
@@ -98,8 +98,8 @@ def runner_from_hf_model(hf_model: Any, *, device: str = "cpu",
     `dense_prefill` as in `load_runner` (a format also sets the compute dtype);
     `quantized`: ready tensors by linear name (from `engine.weight_cache`), else int8/int4
     quantize here."""
-    from engine.model import weights_from_state_dict
     from engine.model_config import ModelConfig
+    from engine.model_weights import weights_from_state_dict
     from engine.paged_runner import PagedRunner
     from engine.weight_formats import compute_dtype_for, dense_copy_for, resolve_weight_format
 

@@ -22,231 +22,20 @@ the query-length axis, so SDPA sees ``[B, kv_heads, groups * T, head_dim]`` quer
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 
-from engine.errors import UnsupportedModelError
 from engine.kv_storage import KVStorage, StepKV
 from engine.model_config import ModelConfig
-from engine.quantize import (
-    DenseLinear,
-    Fp16PackedLinear,
-    Linear,
-    QuantizedTensors,
-    bf16_linear,
-    bf16_packs_float16,
-    float16_gemm,
-    linear_from_quantized,
-    quantize_linear,
-)
+from engine.model_weights import LayerWeights, ModelWeights
+from engine.quantize import Fp16PackedLinear
+from engine.rope import apply_rope
 from engine.scripted_step import ScriptedLayers
-from engine.weight_formats import (
-    DenseCopy,
-    WeightFormat,
-    dense_rows_for,
-    format_for_linear,
-    vnni_int8_for,
-)
 
-__all__ = [
-    "LayerWeights",
-    "ModelWeights",
-    "PrefillPart",
-    "RopeTables",
-    "decode_one_token",
-    "fused_linears",
-    "prefill",
-    "rope_inv_freq",
-    "weights_from_state_dict",
-]
-
-
-@dataclass(frozen=True)
-class LayerWeights:
-    attn_norm: torch.Tensor
-    """float32 ``[hidden]``, as are `mlp_norm` and the final `norm`."""
-    qkv: Linear
-    """Q, K and V projections stacked on the output axis: ``(H + 2 * KV) * D`` outputs."""
-    o: Linear
-    mlp_norm: torch.Tensor
-    gate_up: Linear
-    """Gate and up projections stacked on the output axis: ``2 * intermediate`` outputs."""
-    down: Linear
-
-
-@dataclass(frozen=True)
-class ModelWeights:
-    embed: torch.Tensor
-    """``[vocab, hidden]`` (possibly a transposed view of `lm_head`'s storage when tied)."""
-    layers: tuple[LayerWeights, ...]
-    norm: torch.Tensor
-    lm_head: Linear
-    rope: RopeTables
-    """RoPE's cos / sin by position (inverse frequencies from `rope_inv_freq`)."""
-    eps: torch.Tensor
-    """The norms' epsilon, a 0-dim float32 tensor (as `_rms_norm` takes it)."""
-    float32_from: int | None = None
-    """From how many rows every layer projection is fbgemm's float16 GEMM (float32 in and
-    out: `engine.quantize.Fp16PackedLinear` copies), if it ever is."""
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The compute dtype: linears' inputs and outputs, attention and K/V."""
-        return self.embed.dtype
-
-    def activation_dtype(self, rows: int) -> torch.dtype:
-        """The dtype of a forward's activations over `rows` rows: float32 where every
-        projection takes and returns float32 there (`float32_from`), the compute dtype
-        otherwise. K/V and attention stay in the compute dtype. Rounding to bfloat16
-        between float32 GEMMs only added conversions: ~12 per layer, ~6% of an 8-row
-        decode step on the AVX2 EPYC (54.0 -> 50.6 ms, median of 6 alternating rounds)."""
-        if self.float32_from is not None and rows >= self.float32_from:
-            return torch.float32
-        return self.dtype
-
-
-def fused_linears(cfg: ModelConfig, state: Mapping[str, torch.Tensor]
-                  ) -> Iterator[tuple[str, torch.Tensor, torch.Tensor | None]]:
-    """(name, ``[out, in]`` weight, bias) of every projection in the fused layout, in the
-    checkpoint's precision: ``layers.{i}.qkv|o|gate_up|down`` and ``lm_head``."""
-
-    def get(name: str) -> torch.Tensor:
-        if name not in state:
-            raise UnsupportedModelError(
-                f"model_type {cfg.model_type!r}: weight {name!r} missing from the checkpoint"
-            )
-        return state[name].detach()
-
-    def cat(names: list[str], present: bool = True) -> torch.Tensor | None:
-        return torch.cat([get(n) for n in names], dim=0) if present else None
-
-    def bias_of(names: list[str], present: bool) -> torch.Tensor | None:
-        return cat([n.replace(".weight", ".bias") for n in names], present)
-
-    for i in range(cfg.num_layers):
-        p = f"model.layers.{i}."
-        qkv = [p + f"self_attn.{x}_proj.weight" for x in "qkv"]
-        o = [p + "self_attn.o_proj.weight"]
-        gate_up = [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"]
-        down = [p + "mlp.down_proj.weight"]
-        for name, names, bias in ((f"layers.{i}.qkv", qkv, cfg.qkv_bias),
-                                  (f"layers.{i}.o", o, cfg.o_bias),
-                                  (f"layers.{i}.gate_up", gate_up, cfg.mlp_bias),
-                                  (f"layers.{i}.down", down, cfg.mlp_bias)):
-            weight = cat(names)
-            assert weight is not None
-            yield name, weight, bias_of(names, bias)
-    tied = cfg.tie_word_embeddings or "lm_head.weight" not in state
-    yield "lm_head", get("model.embed_tokens.weight" if tied else "lm_head.weight"), None
-
-
-def weights_from_state_dict(cfg: ModelConfig, state: Mapping[str, torch.Tensor], *,
-                            device: torch.device | str, dtype: torch.dtype,
-                            fmt: WeightFormat | None = None,
-                            quantized: Mapping[str, QuantizedTensors] | None = None,
-                            dense: DenseCopy | None = None) -> ModelWeights:
-    """Take the weights of a transformers ``*ForCausalLM`` state dict (fused copies).
-
-    `dtype` is the compute (activation and K/V) dtype. `fmt` ``int8``/``int4`` quantizes
-    the projections, using the ready `quantized` tensors by `fused_linears` name where
-    given (see `engine.weight_cache`); ``bf16`` rounds them to bfloat16 (see
-    `engine.quantize.bf16_linear`; the embedding table too); otherwise the projections are
-    dense in `dtype`. `dense`: int8/int4 linears also keep a 16-bit copy of that kind for
-    many rows (see `engine.weight_formats.dense_copy_for`). The embedding table is in
-    `dtype`, the norms in float32."""
-    dev = torch.device(device)
-
-    def get(name: str, as_dtype: torch.dtype = dtype) -> torch.Tensor:
-        if name not in state:
-            raise UnsupportedModelError(
-                f"model_type {cfg.model_type!r}: weight {name!r} missing from the checkpoint"
-            )
-        return state[name].detach().to(device=dev, dtype=as_dtype)
-
-    def get_f32(name: str) -> torch.Tensor:  # the norms: as loaded, not rounded to dtype
-        return get(name, torch.float32)
-
-    linears: dict[str, Linear] = {}
-    packed = fmt == "bf16" and bf16_packs_float16(
-        (weight for _, weight, _ in fused_linears(cfg, state)), dev)
-    for name, weight, bias in fused_linears(cfg, state):
-        if fmt in ("int8", "int4"):
-            tensors = (quantized or {}).get(name) or quantize_linear(
-                weight, format_for_linear(name, fmt))
-            assert tensors is not None
-            linears[name] = linear_from_quantized(tensors, bias, device=dev, dtype=dtype,
-                                                  dense=dense,
-                                                  dense_rows=dense_rows_for(name, dense),
-                                                  vnni=vnni_int8_for(name, fmt, dev))
-        elif fmt == "bf16":
-            linears[name] = bf16_linear(weight, bias, device=dev, packed=packed)
-        else:
-            linears[name] = DenseLinear.build(
-                weight.to(device=dev, dtype=dtype),
-                None if bias is None else bias.to(device=dev, dtype=dtype))
-    layers = tuple(LayerWeights(
-        attn_norm=get_f32(f"model.layers.{i}.input_layernorm.weight"),
-        qkv=linears[f"layers.{i}.qkv"],
-        o=linears[f"layers.{i}.o"],
-        mlp_norm=get_f32(f"model.layers.{i}.post_attention_layernorm.weight"),
-        gate_up=linears[f"layers.{i}.gate_up"],
-        down=linears[f"layers.{i}.down"],
-    ) for i in range(cfg.num_layers))
-    lm_head = linears["lm_head"]
-    tied = cfg.tie_word_embeddings or "lm_head.weight" not in state
-    embed: torch.Tensor | None = None
-    if tied and isinstance(lm_head, DenseLinear):  # one copy of the matrix serves both
-        embed = lm_head.weight.t() if lm_head.input_major else lm_head.weight
-    if embed is None:
-        embed = get("model.embed_tokens.weight")
-        if fmt == "bf16":
-            embed = embed.to(torch.bfloat16).to(dtype)
-    return ModelWeights(
-        embed=embed,
-        layers=layers,
-        norm=get_f32("model.norm.weight"),
-        lm_head=lm_head,
-        rope=RopeTables(rope_inv_freq(cfg).to(dev), dtype),
-        eps=torch.full((), cfg.rms_norm_eps, dtype=torch.float32, device=dev),
-        float32_from=_float32_from(layers),
-    )
-
-
-def _float32_from(layers: Sequence[LayerWeights]) -> int | None:
-    """See `ModelWeights.float32_from`."""
-    gemms = [float16_gemm(linear) for layer in layers
-             for linear in (layer.qkv, layer.o, layer.gate_up, layer.down)]
-    if not gemms or any(gemm is None for gemm in gemms):
-        return None
-    return max(gemm[1] for gemm in gemms if gemm is not None)
-
-
-def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
-    """float32 inverse frequencies, as transformers' rope init functions compute them."""
-    dim = cfg.head_dim
-    exponents = torch.arange(0, dim, 2, dtype=torch.int64).to(torch.float32) / dim
-    inv_freq = 1.0 / (cfg.rope_theta ** exponents)
-    scaling = cfg.rope_scaling
-    if scaling is None:
-        return inv_freq
-    if scaling.kind == "linear":
-        return inv_freq / scaling.factor
-    # llama3 (Llama 3.1): long wavelengths slowed by `factor`, short ones kept, a smooth
-    # ramp between (after transformers' _compute_llama3_parameters).
-    old_len = scaling.original_max_position_embeddings
-    low_wavelen = old_len / scaling.low_freq_factor
-    high_wavelen = old_len / scaling.high_freq_factor
-    wavelen = 2 * torch.pi / inv_freq
-    scaled = torch.where(wavelen > low_wavelen, inv_freq / scaling.factor, inv_freq)
-    smooth = (old_len / wavelen - scaling.low_freq_factor) / (
-        scaling.high_freq_factor - scaling.low_freq_factor)
-    smoothed = (1 - smooth) * scaled / scaling.factor + smooth * scaled
-    medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen)
-    return torch.where(medium, smoothed, scaled)
+__all__ = ["PrefillPart", "decode_one_token", "prefill"]
 
 
 class PrefillPart(NamedTuple):
@@ -320,7 +109,7 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
     cast = act != dtype  # float32 activations around the compute-dtype K/V and attention
     for index, layer in enumerate(w.layers):
         qkv = layer.qkv(_rms_norm(x, layer.attn_norm, eps, act)).view(batch, -1, dim)
-        qk = _apply_rope(qkv[:, :rotated], cos, sin)  # Q and K heads in one pass
+        qk = apply_rope(qkv[:, :rotated], cos, sin)  # Q and K heads in one pass
         v = qkv[:, rotated:]
         if cast:
             qk, v = qk.to(dtype), v.to(dtype)
@@ -366,7 +155,7 @@ def _attention(cfg: ModelConfig, layer: LayerWeights, h: torch.Tensor, cos: torc
     rows = h.shape[0]
     heads, kv_heads, dim = cfg.num_heads, cfg.num_kv_heads, cfg.head_dim
     qkv = layer.qkv(h).view(rows, heads + 2 * kv_heads, dim)
-    qk = _apply_rope(qkv[:, :heads + kv_heads], cos, sin)  # Q and K heads in one pass
+    qk = apply_rope(qkv[:, :heads + kv_heads], cos, sin)  # Q and K heads in one pass
     v = qkv[:, heads + kv_heads:]
     if h.dtype != dtype:
         qk, v = qk.to(dtype), v.to(dtype)
@@ -432,41 +221,3 @@ def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: torch.Tensor, dtype: t
     scale = torch.rsqrt(torch.addcmul(eps, norm, norm, value=1.0 / x.shape[-1]))
     y = torch.mul(x, scale).mul_(weight)
     return y if dtype == torch.float32 else y.to(dtype)
-
-
-class RopeTables:
-    """cos and signed sin of every position so far, ``[positions, 1, head_dim]`` in the
-    compute dtype, computed in float32 as transformers does and extended (doubling) as
-    positions grow. The sign of the first half of sin stands for rotate_half's negation
-    (see `_apply_rope`). A step looks its positions up: two index_selects where computing
-    the tables took eight ops (~80 us of a ~6 ms batch-1 decode step on 2 cores)."""
-
-    def __init__(self, inv_freq: torch.Tensor, dtype: torch.dtype) -> None:
-        self._inv_freq = inv_freq
-        self._dtype = dtype
-        self._cos = self._sin = torch.empty(0, 1, 2 * inv_freq.shape[0], dtype=dtype,
-                                            device=inv_freq.device)
-
-    def lookup(self, positions: torch.Tensor, end: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin ``[*positions.shape, 1, head_dim]`` for int64 `positions`, all below
-        `end` (given by the caller, who knows it: reading it off a device tensor would
-        wait for the device)."""
-        flat = positions.reshape(-1)
-        if end > self._cos.shape[0]:
-            self._grow(max(end, 2 * self._cos.shape[0], 256))
-        shape = (*positions.shape, 1, self._cos.shape[-1])
-        return (self._cos.index_select(0, flat).view(shape),
-                self._sin.index_select(0, flat).view(shape))
-
-    def _grow(self, count: int) -> None:
-        positions = torch.arange(count, device=self._inv_freq.device)
-        freqs = positions[:, None, None].float() * self._inv_freq
-        cos, sin = freqs.cos(), freqs.sin()
-        self._cos = torch.cat((cos, cos), dim=-1).to(self._dtype)
-        self._sin = torch.cat((-sin, sin), dim=-1).to(self._dtype)
-
-
-def _apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """``x * cos + rotate_half(x) * sin`` with rotate_half's sign folded into `sin`
-    (rotate_half's halves swapped by one `roll`)."""
-    return torch.addcmul(x * cos, x.roll(x.shape[-1] // 2, -1), sin)

@@ -15,6 +15,7 @@ from engine import model
 from engine.errors import ContextLimitError, EngineError
 from engine.kv_storage import KVStorage
 from engine.model_config import ModelConfig
+from engine.model_weights import ModelWeights
 from engine.runner import DecodeItem, PrefillItem
 from engine.scripted_step import ScriptedLayers
 
@@ -24,7 +25,7 @@ __all__ = ["PagedRunner"]
 class PagedRunner:
     """Implements `engine.runner.ModelRunner` for Llama-family weights."""
 
-    def __init__(self, config: ModelConfig, weights: model.ModelWeights, *, page_size: int,
+    def __init__(self, config: ModelConfig, weights: ModelWeights, *, page_size: int,
                  num_pages: int, eos_token_ids: Sequence[int],
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
                  script_decode: bool = True) -> None:

@@ -151,7 +151,7 @@ def bf16_packs_float16(weights: Iterable[torch.Tensor], device: torch.device) ->
     """Whether the ``bf16`` format packs a model's linears, `weights`, for fbgemm's float16
     kernel on `device`: on CPU, where float16 holds every one of them rounded to bfloat16.
     All or none: packed linears take and return float32, dense bfloat16 ones bfloat16, and
-    one model's activations are of one dtype (`engine.model.ModelWeights.activation_dtype`;
+    one model's activations are of one dtype (`engine.model_weights.ModelWeights.activation_dtype`;
     a model with both failed on its first step)."""
     return device.type == "cpu" and all(
         _fits_float16(weight.detach().to(torch.bfloat16)) for weight in weights)

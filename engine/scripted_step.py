@@ -12,7 +12,7 @@ Steps of as many rows as take the projections' float16 copies (AVX2 CPUs, see
 `engine.weight_formats.dense_copy_for`), and every step of the ``bf16`` format (its
 projections are those GEMMs), run a second scripted loop over fbgemm's packed float16
 weights, float32 activations around the compute-dtype K/V as in the Python loop
-(`engine.model.ModelWeights.activation_dtype`). On the AVX2 EPYC an 8-row step took
+(`engine.model_weights.ModelWeights.activation_dtype`). On the AVX2 EPYC an 8-row step took
 51.4 -> 39.5 ms (median of 6 alternating rounds, bitwise-identical logits): each Python
 call of an fbgemm op goes through torch's Python op dispatch, and the 2-core host is slow
 at Python.
@@ -61,7 +61,7 @@ class ScriptedLayers:
 
     @classmethod
     def build(cls, layers: Sequence[Any]) -> ScriptedLayers | None:
-        """For `engine.model.LayerWeights` whose projections are all CPU `Int4Linear`s of
+        """For `engine.model_weights.LayerWeights` whose projections are all CPU `Int4Linear`s of
         one group size (the int4 loop), or all float16-packed, alone or as the copies of
         int8/int4 linears (the float16 loop); None when neither, or when scripting fails."""
         linears = [lin for layer in layers for lin in
@@ -187,7 +187,7 @@ class _Int4Layers(torch.nn.Module):
                 attn_mask: torch.Tensor | None, eps: torch.Tensor, heads: int, kv_heads: int,
                 dim: int, groups: int, scale: float) -> torch.Tensor:
         # The same calls, in the same order, as the Python loop in
-        # engine.model.decode_one_token (with _rms_norm, _apply_rope, StepKV.write_read,
+        # engine.model.decode_one_token (with _rms_norm, engine.rope.apply_rope, StepKV.write_read,
         # _mlp and Int4Linear.__call__ inlined), so the logits are bitwise the same.
         batch = x.shape[0]
         dtype = cos.dtype

@@ -80,7 +80,7 @@ def compute_dtype_for(fmt: WeightFormat, device: torch.device | str = "cpu") -> 
     """The compute dtype of a format on a device (K/V, attention, the embedding table):
     float32 for fp32, bfloat16 otherwise (the int8/int4 kernels' fast path). The ``bf16``
     format on CPU multiplies in fbgemm's float16 GEMM with float32 activations between its
-    projections (`engine.model.ModelWeights.activation_dtype`), and keeps its K/V in
+    projections (`engine.model_weights.ModelWeights.activation_dtype`), and keeps its K/V in
     bfloat16 like the quantized formats: half the pool's bytes of float32 K/V, at the same
     speed (`bench/bench_engine.py --formats bf16` on the AVX2 EPYC, two runs each: decode
     51.8/54.5 vs 52.2/51.2 tok/s, 8 concurrent 154.6/170.0 vs 166.2/157.5, decode @ 2,000

@@ -12,8 +12,8 @@ import torch
 
 from engine.errors import EngineError, UnsupportedModelError
 from engine.loader import eos_token_ids_for, load_runner, resolve_dtype
-from engine.model import RopeTables, rope_inv_freq
 from engine.model_config import ModelConfig
+from engine.rope import RopeTables, rope_inv_freq
 
 
 def llama_namespace(**overrides: Any) -> SimpleNamespace:
