@@ -132,7 +132,8 @@ def test_talk_does_not_interrupt_itself_when_the_speaker_leaks_into_the_mic(
     assert foreign_stderr(proc.stderr, _ours) == []
     assert len(proc.lines("you:")) == 1, proc.stdout  # its own voice was not a user turn
     (reply,) = proc.lines("assistant:")
-    assert not reply.endswith("[interrupted]"), reply
+    # The log says when and why the cut came (once seen on CI near the reply's end).
+    assert not reply.endswith("[interrupted]"), f"{reply}\nstderr:\n{proc.stderr}"
     moved = [m for m in map(_REALIGNED.fullmatch, proc.stderr.splitlines()) if m]
     if latency_ms == 600:  # found about 600 ms late (the loopback's latency is a target)
         assert len(moved) == 1 and 550 <= int(moved[0].group(1)) <= 700, proc.stderr
