@@ -26,7 +26,8 @@ Rules
 - At each short pause inside the user's turn the manager asks ASR for a partial and,
   when the partial says something new, starts a speculation on it (replacing the
   previous one). At end of turn the latest speculation is handed to the response, which
-  adopts or drops it.
+  adopts or drops it. (What was said and scored at the pauses, and which scores are
+  stale, is kept by :class:`~assistant.turns.pause_evidence.PauseEvidence`.)
 - With the semantic end of turn (:mod:`assistant.turns.end_of_turn`), the speculation's
   P(the sentence ends here) sets how much silence ends this pause
   (:class:`SetEndOfTurnSilence`); until it is known, and when there is nothing to score
@@ -46,13 +47,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from assistant.turns.end_of_turn import EndOfTurnOptions, endpoint_silence_ms
+from assistant.turns.end_of_turn import EndOfTurnOptions
 from assistant.turns.events import (
     AudioCompleteness,
     AudioStarted,
     BargeIn,
     CancelResponse,
-    CancelSpeculation,
     DiscardUtterance,
     EndOfTurn,
     FinalizeUtterance,
@@ -62,16 +62,13 @@ from assistant.turns.events import (
     PartialTranscript,
     PauseReply,
     PlaybackDone,
-    RequestAudioScore,
     RequestInterim,
     RequestPartial,
     ResumeReply,
-    SetEndOfTurnSilence,
     ShortPause,
     SpeechResumed,
     SpeechStarted,
     StartResponse,
-    StartSpeculation,
     State,
     StateChanged,
     TextTurn,
@@ -88,6 +85,7 @@ from assistant.turns.interruption import (
     guessed,
 )
 from assistant.turns.overlap import Candidate, PausedReply, Span
+from assistant.turns.pause_evidence import PauseEvidence
 
 __all__ = ["TurnOptions", "TurnManager", "join_text"]
 
@@ -125,18 +123,14 @@ class TurnManager:
         self.options = options if options is not None else TurnOptions()
         self._state = State.LISTENING
         self._next_turn_id = 1
-        self._next_spec_id = 1
         # The reply in flight (thinking or speaking) and the user text it answers.
         self._active_turn: int | None = None
         self._active_user_text = ""
         # The user's open utterance.
         self._paused = False
-        self._spec_id: int | None = None
-        self._spec_text = ""
-        self._spec_score: float | None = None
-        # The audio model's P(complete) at the current pause, numbered by _pauses.
-        self._audio_p: float | None = None
-        self._pauses = 0
+        # Its speculation and end-of-turn scores at its pauses.
+        self._evidence = PauseEvidence(self.options.end_of_turn,
+                                       speculate=self.options.speculate)
         # Text already final for the user's turn (from earlier utterances of the same
         # turn: a reopened turn, or an utterance finalised just before the user went on).
         self._prefix = ""
@@ -175,7 +169,7 @@ class TurnManager:
     @property
     def speculation_id(self) -> int | None:
         """The live speculation of the open user turn, if any."""
-        return self._spec_id
+        return self._evidence.spec_id
 
     # ------------------------------------------------------------------ input
 
@@ -218,7 +212,7 @@ class TurnManager:
             self._candidate.bursts += 1
         elif self._state is State.USER_SPEAKING:
             self._paused = False
-            self._audio_p = None
+            self._evidence.speech_resumed()
 
     def _on_audio_started(self, ev: AudioStarted, out: list[TurnAction]) -> None:
         if ev.turn_id == self._active_turn and self._state is State.THINKING:
@@ -298,17 +292,7 @@ class TurnManager:
     def _enter_pause(self, out: list[TurnAction]) -> None:
         """The user's turn is in a pause: speculate on its words, time its end."""
         self._paused = True
-        self._pauses += 1
-        self._audio_p = None
-        if self.options.speculate:
-            out.append(RequestPartial())
-        if self.options.end_of_turn.uses_audio:
-            out.append(RequestAudioScore(self._pauses))
-        if self.options.semantic:
-            # Until the score is known the fixed silence holds: a score that comes
-            # late (a slow transcript) may lengthen or shorten the wait, but the
-            # semantic rule is never slower than the fixed one for lack of it.
-            self._set_silence(None, out)
+        self._evidence.enter_pause(out)
 
     def _on_end_of_turn(self, ev: EndOfTurn, out: list[TurnAction]) -> None:
         paused = self._paused_reply
@@ -359,42 +343,18 @@ class TurnManager:
             return
         if self._state is not State.USER_SPEAKING or not self._paused:
             return
-        if not self.options.speculate:
-            return
-        if not ev.text.strip():
-            if self.options.semantic:
-                self._set_silence(None, out)  # no words: nothing to score
-            return
-        text = join_text(self._prefix, ev.text)
-        if text == self._spec_text:
-            if self.options.semantic and self._spec_score is not None:
-                self._set_silence(self._spec_score, out)  # same words, same score
-            return
-        self._cancel_speculation(out)
-        self._spec_id = self._next_spec_id
-        self._next_spec_id += 1
-        self._spec_text = text
-        out.append(StartSpeculation(spec_id=self._spec_id, user_text=text))
+        self._evidence.partial(ev.text, join_text(self._prefix, ev.text), out)
 
     def _on_completeness(self, ev: TurnCompleteness, out: list[TurnAction]) -> None:
-        if ev.spec_id != self._spec_id or self._state is not State.USER_SPEAKING:
-            return  # a stale score (the words changed, or the turn already ended)
-        self._spec_score = ev.p_end
-        if self.options.semantic and self._paused:
-            self._set_silence(ev.p_end, out)
+        if self._state is not State.USER_SPEAKING:
+            return  # a stale score (the turn already ended)
+        self._evidence.scored(ev.spec_id, ev.p_end, paused=self._paused, out=out)
 
     def _on_audio_completeness(self, ev: AudioCompleteness, out: list[TurnAction]) -> None:
-        if ev.pause != self._pauses or not self._paused \
-                or self._state is not State.USER_SPEAKING or self.hears_over_reply:
-            return  # a late answer (the user went on), or not the user's turn
-        self._audio_p = ev.p_complete
-        if self.options.semantic:
-            self._set_silence(self._spec_score, out)
-
-    def _set_silence(self, p_end: float | None, out: list[TurnAction]) -> None:
-        out.append(SetEndOfTurnSilence(endpoint_silence_ms(p_end, self.options.end_of_turn,
-                                                           self._spec_text, self._audio_p),
-                                       p_end, self._audio_p))
+        if not self._paused or self._state is not State.USER_SPEAKING \
+                or self.hears_over_reply:
+            return  # the user went on, or not the user's turn
+        self._evidence.audio_scored(ev.pause, ev.p_complete, out)
 
     def _on_final(self, ev: FinalTranscript, out: list[TurnAction]) -> None:
         paused = self._paused_reply
@@ -418,7 +378,7 @@ class TurnManager:
             return  # a reply is already in flight (cannot happen with ordered ASR)
         if not self._prefix:
             # Nothing intelligible was said: the floor returns to the user.
-            self._cancel_speculation(out)
+            self._evidence.cancel(out)
             if self._candidate is not None:  # ... who is already talking again
                 self._candidate = None
                 self._open_utterance()
@@ -437,15 +397,11 @@ class TurnManager:
             StartResponse(
                 turn_id=turn_id,
                 user_text=self._prefix,
-                spec_id=self._spec_id,
+                spec_id=self._evidence.hand_over(),
                 speech_end_ms=self._speech_end_ms,
             )
         )
         # The response now owns the speculation (adopt or drop).
-        self._spec_id = None
-        self._spec_text = ""
-        self._spec_score = None
-        self._audio_p = None
         self._prefix = ""
 
     def _on_playback_done(self, ev: PlaybackDone, out: list[TurnAction]) -> None:
@@ -554,18 +510,9 @@ class TurnManager:
 
     def _open_utterance(self, *, keep_prefix: bool = False) -> None:
         self._paused = False
-        self._audio_p = None
-        self._spec_text = ""
-        self._spec_score = None
+        self._evidence.forget()
         if not keep_prefix:
             self._prefix = ""
-
-    def _cancel_speculation(self, out: list[TurnAction]) -> None:
-        if self._spec_id is not None:
-            out.append(CancelSpeculation(spec_id=self._spec_id))
-        self._spec_id = None
-        self._spec_text = ""
-        self._spec_score = None
 
     def _set_state(self, new: State, t_ms: int, out: list[TurnAction]) -> None:
         if new is not self._state:

@@ -1,0 +1,132 @@
+"""What the user's open turn has said at its pauses: the speculation on its words and the
+end-of-turn evidence, for :class:`~assistant.turns.turn_manager.TurnManager`.
+
+At each short pause of the user's turn the manager asks for a partial transcript; a
+partial with new words starts a speculation (replacing the last one). With the semantic
+end of turn, the speculation's P(the sentence ends here) and, with the audio model on,
+the pause's P(complete) set how much silence ends the pause
+(:func:`~assistant.turns.end_of_turn.endpoint_silence_ms`). At the end of the turn the
+live speculation is handed to the response, which adopts or drops it.
+
+Pure and synchronous like the manager: each method appends the actions it implies to the
+caller's list. The manager decides *when* (which state the floor is in); this object keeps
+*what* was said and scored, and which scores are stale.
+"""
+
+from __future__ import annotations
+
+from assistant.turns.end_of_turn import EndOfTurnOptions, endpoint_silence_ms
+from assistant.turns.events import (
+    CancelSpeculation,
+    RequestAudioScore,
+    RequestPartial,
+    SetEndOfTurnSilence,
+    StartSpeculation,
+    TurnAction,
+)
+
+__all__ = ["PauseEvidence"]
+
+
+class PauseEvidence:
+    """The open user turn's speculation and its end-of-turn scores."""
+
+    def __init__(self, end_of_turn: EndOfTurnOptions, *, speculate: bool) -> None:
+        self._options = end_of_turn
+        self._speculate = speculate
+        self._next_id = 1
+        self.spec_id: int | None = None
+        """The live speculation, if any (its words are `text`)."""
+        self.text = ""
+        self._score: float | None = None
+        """The live speculation's P(the sentence ends here), once scored."""
+        self._audio_p: float | None = None
+        """The audio model's P(complete) at the current pause (numbered by `_pauses`)."""
+        self._pauses = 0
+
+    @property
+    def _semantic(self) -> bool:
+        return self._options.mode == "semantic"
+
+    def enter_pause(self, out: list[TurnAction]) -> None:
+        """The user's turn went quiet: ask for its words (to speculate on) and the audio
+        model's score; until a score is known the fixed silence holds."""
+        self._pauses += 1
+        self._audio_p = None
+        if self._speculate:
+            out.append(RequestPartial())
+        if self._options.uses_audio:
+            out.append(RequestAudioScore(self._pauses))
+        if self._semantic:
+            # A score that comes late (a slow transcript) may lengthen or shorten the
+            # wait, but the semantic rule is never slower than the fixed one for lack of it.
+            self._set_silence(None, out)
+
+    def speech_resumed(self) -> None:
+        """The user went on: the pause's audio score no longer applies."""
+        self._audio_p = None
+
+    def partial(self, heard: str, text: str, out: list[TurnAction]) -> None:
+        """The pause's partial transcript `heard`; `text` is the whole turn's so far."""
+        if not self._speculate:
+            return
+        if not heard.strip():
+            if self._semantic:
+                self._set_silence(None, out)  # no words: nothing to score
+            return
+        if text == self.text:
+            if self._semantic and self._score is not None:
+                self._set_silence(self._score, out)  # same words, same score
+            return
+        self.cancel(out)
+        self.spec_id = self._next_id
+        self._next_id += 1
+        self.text = text
+        out.append(StartSpeculation(spec_id=self.spec_id, user_text=text))
+
+    def scored(self, spec_id: int, p_end: float, *, paused: bool,
+               out: list[TurnAction]) -> None:
+        """The speculation `spec_id`'s P(the sentence ends here); stale ones are ignored.
+        `paused`: the user's turn is still in the pause it was asked at."""
+        if spec_id != self.spec_id:
+            return  # the words changed since
+        self._score = p_end
+        if self._semantic and paused:
+            self._set_silence(p_end, out)
+
+    def audio_scored(self, pause: int, p_complete: float, out: list[TurnAction]) -> bool:
+        """The audio model's answer for pause number `pause`; False (ignored) if the
+        user has paused again since."""
+        if pause != self._pauses:
+            return False
+        self._audio_p = p_complete
+        if self._semantic:
+            self._set_silence(self._score, out)
+        return True
+
+    def hand_over(self) -> int | None:
+        """The turn ended: the live speculation (now the response's to adopt or drop),
+        and the evidence starts afresh."""
+        spec_id, self.spec_id = self.spec_id, None
+        self.forget()
+        return spec_id
+
+    def forget(self) -> None:
+        """A new utterance: what was said and scored no longer applies (a live
+        speculation, if any, stays live)."""
+        self.text = ""
+        self._score = None
+        self._audio_p = None
+
+    def cancel(self, out: list[TurnAction]) -> None:
+        """Drop the live speculation, if any."""
+        if self.spec_id is not None:
+            out.append(CancelSpeculation(spec_id=self.spec_id))
+        self.spec_id = None
+        self.text = ""
+        self._score = None
+
+    def _set_silence(self, p_end: float | None, out: list[TurnAction]) -> None:
+        out.append(SetEndOfTurnSilence(endpoint_silence_ms(p_end, self._options, self.text,
+                                                           self._audio_p),
+                                       p_end, self._audio_p))

@@ -1,0 +1,61 @@
+"""`PauseEvidence` alone: which partials speculate, which scores are stale, what the end
+of the turn hands over (the turn manager's tables test it in context)."""
+
+from assistant.turns.end_of_turn import EndOfTurnOptions
+from assistant.turns.events import (
+    CancelSpeculation,
+    RequestAudioScore,
+    RequestPartial,
+    SetEndOfTurnSilence,
+    StartSpeculation,
+    TurnAction,
+)
+from assistant.turns.pause_evidence import PauseEvidence
+
+SEMANTIC = EndOfTurnOptions(mode="semantic", audio_wait_ms=200)
+
+
+def test_new_words_replace_the_speculation_and_the_same_words_keep_it() -> None:
+    ev, out = PauseEvidence(SEMANTIC, speculate=True), list[TurnAction]()
+    ev.partial("what is", "what is", out)
+    ev.partial("the weather", "what is the weather", out)
+    ev.partial("the weather", "what is the weather", out)  # nothing new: no action
+    assert out == [StartSpeculation(1, "what is"), CancelSpeculation(1),
+                   StartSpeculation(2, "what is the weather")]
+    assert ev.spec_id == 2 and ev.text == "what is the weather"
+
+
+def test_a_score_of_a_replaced_speculation_is_ignored() -> None:
+    ev, out = PauseEvidence(SEMANTIC, speculate=True), list[TurnAction]()
+    ev.partial("a", "a", out)
+    ev.partial("b", "a b", out)
+    out.clear()
+    ev.scored(1, 0.9, paused=True, out=out)
+    assert out == []
+    ev.scored(2, 0.9, paused=True, out=out)  # sure the sentence ended: the least silence
+    assert out == [SetEndOfTurnSilence(SEMANTIC.min_silence_ms, 0.9, None)]
+
+
+def test_an_audio_score_of_an_earlier_pause_is_ignored() -> None:
+    ev, out = PauseEvidence(SEMANTIC, speculate=False), list[TurnAction]()
+    ev.enter_pause(out)
+    ev.enter_pause(out)
+    assert out == [RequestAudioScore(1), SetEndOfTurnSilence(SEMANTIC.fallback_ms, None),
+                   RequestAudioScore(2), SetEndOfTurnSilence(SEMANTIC.fallback_ms, None)]
+    out.clear()
+    assert not ev.audio_scored(1, 0.1, out) and out == []
+    assert ev.audio_scored(2, 0.1, out)
+    assert len(out) == 1 and isinstance(out[0], SetEndOfTurnSilence)
+    assert out[0].p_audio == 0.1
+
+
+def test_the_end_of_the_turn_hands_the_speculation_over_once() -> None:
+    ev, out = PauseEvidence(EndOfTurnOptions(mode="fixed"), speculate=True), list[TurnAction]()
+    ev.enter_pause(out)
+    ev.partial("hello", "hello", out)
+    assert out == [RequestPartial(), StartSpeculation(1, "hello")]
+    assert ev.hand_over() == 1
+    assert ev.hand_over() is None and ev.text == ""
+    out.clear()
+    ev.cancel(out)  # handed over: not ours to cancel
+    assert out == []
