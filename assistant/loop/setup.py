@@ -256,7 +256,7 @@ def dialogue_options(cfg: AppConfig) -> DialogueOptions:
                            loop_guard=LoopGuardOptions(min_repeats=llm.loop_min_repeats,
                                                        max_ngram=llm.loop_max_ngram),
                            max_context_tokens=llm.max_context_tokens,
-                           score_end_of_turn=end_of_turn_options(cfg).mode == "semantic")
+                           score_end_of_turn=end_of_turn_options(cfg).semantic)
 
 
 def turn_options(cfg: AppConfig) -> TurnOptions:

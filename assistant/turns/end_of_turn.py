@@ -95,9 +95,14 @@ class EndOfTurnOptions:
             self.max_silence_ms, self.fallback_ms, self.audio_wait_ms)
 
     @property
+    def semantic(self) -> bool:
+        """Whether the model's scores set the silence (else the fixed fallback)."""
+        return self.mode == "semantic"
+
+    @property
     def uses_audio(self) -> bool:
         """Whether the audio model is asked at each pause."""
-        return self.mode == "semantic" and self.audio_wait_ms > 0
+        return self.semantic and self.audio_wait_ms > 0
 
 
 EAGERNESS: dict[str, tuple[int, int]] = {

@@ -44,10 +44,6 @@ class PauseEvidence:
         """The audio model's P(complete) at the current pause (numbered by `_pauses`)."""
         self._pauses = 0
 
-    @property
-    def _semantic(self) -> bool:
-        return self._options.mode == "semantic"
-
     def enter_pause(self, out: list[TurnAction]) -> None:
         """The user's turn went quiet: ask for its words (to speculate on) and the audio
         model's score; until a score is known the fixed silence holds."""
@@ -57,7 +53,7 @@ class PauseEvidence:
             out.append(RequestPartial())
         if self._options.uses_audio:
             out.append(RequestAudioScore(self._pauses))
-        if self._semantic:
+        if self._options.semantic:
             # A score that comes late (a slow transcript) may lengthen or shorten the
             # wait, but the semantic rule is never slower than the fixed one for lack of it.
             self._set_silence(None, out)
@@ -71,11 +67,11 @@ class PauseEvidence:
         if not self._speculate:
             return
         if not heard.strip():
-            if self._semantic:
+            if self._options.semantic:
                 self._set_silence(None, out)  # no words: nothing to score
             return
         if text == self.text:
-            if self._semantic and self._score is not None:
+            if self._options.semantic and self._score is not None:
                 self._set_silence(self._score, out)  # same words, same score
             return
         self.cancel(out)
@@ -91,7 +87,7 @@ class PauseEvidence:
         if spec_id != self.spec_id:
             return  # the words changed since
         self._score = p_end
-        if self._semantic and paused:
+        if self._options.semantic and paused:
             self._set_silence(p_end, out)
 
     def audio_scored(self, pause: int, p_complete: float, out: list[TurnAction]) -> bool:
@@ -100,7 +96,7 @@ class PauseEvidence:
         if pause != self._pauses:
             return False
         self._audio_p = p_complete
-        if self._semantic:
+        if self._options.semantic:
             self._set_silence(self._score, out)
         return True
 

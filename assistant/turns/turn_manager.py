@@ -103,10 +103,6 @@ class TurnOptions:
     interruption: InterruptionOptions = InterruptionOptions(mode="immediate")
     """Whether speech over the reply cuts it at once or pauses it until it is known."""
 
-    @property
-    def semantic(self) -> bool:
-        return self.end_of_turn.mode == "semantic"
-
 
 def join_text(head: str, tail: str) -> str:
     """Join two pieces of transcript with one space, ignoring empty pieces."""
