@@ -3,11 +3,12 @@ audio server, and what the bus recording shows (who spoke when)."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -21,13 +22,31 @@ MIC, SPEAKER = 0, 1
 WINDOW_MS = 10
 
 
+@contextlib.contextmanager
+def _sigint_not_ignored() -> Iterator[None]:
+    """Start children with SIGINT as a terminal's Ctrl-C finds it. A shell without job
+    control starts a background command (``bash .ci/run &``) with SIGINT ignored, every
+    process under it inherits that, and Python then leaves SIGINT ignored: a child
+    ``assistant say`` would play to its end through the tests' Ctrl-C and exit 0. A
+    handler set here (not SIG_IGN) becomes the default in a child at exec."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class AssistantProcess:
     """``python -m assistant ARGS`` with its output in files (read while it runs)."""
 
     def __init__(self, args: Sequence[str], env: dict[str, str], directory: Path) -> None:
         self.out_path = directory / "stdout.txt"
         self.err_path = directory / "stderr.txt"
-        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err:
+        with open(self.out_path, "wb") as out, open(self.err_path, "wb") as err, \
+                _sigint_not_ignored():
             self.proc = subprocess.Popen([sys.executable, "-m", "assistant", *args], env=env,
                                          stdin=subprocess.DEVNULL, stdout=out, stderr=err)
 
