@@ -87,9 +87,6 @@ class EchoOptions:
     """A far end quieter than this counts as not playing."""
     keep_ms: int = 3000
     """Reference history kept."""
-    reference_jitter_ms: int = 0
-    """How late a live sink's chunk stamps may come (see :class:`EchoReference`); 0
-    places every chunk exactly as stamped (a virtual clock)."""
     aec_lead_ms: int = 0
     """``aec``: the canceller gets the reference this much ahead of the time it was
     heard. AEC3 only cancels echo that comes after its reference (it finds a positive
@@ -107,8 +104,8 @@ class EchoOptions:
             raise AudioValueError("echo frame_ms must be 10, 20 or 30 and sample_rate positive")
         if self.keep_ms < self.reference_window_ms + 100:
             raise AudioValueError("echo keep_ms must exceed reference_window_ms by at least 100 ms")
-        if not 0 <= self.aec_lead_ms <= 200 or self.reference_jitter_ms < 0:
-            raise AudioValueError("echo aec_lead_ms must be 0..200 and reference_jitter_ms >= 0")
+        if not 0 <= self.aec_lead_ms <= 200:
+            raise AudioValueError("echo aec_lead_ms must be 0..200")
 
     @property
     def frame_samples(self) -> int:
@@ -222,7 +219,7 @@ class EchoProcessor:
     ) -> None:
         self.options = options
         self.reference = reference if reference is not None else EchoReference(
-            options.sample_rate, options.keep_ms, options.reference_jitter_ms
+            options.sample_rate, options.keep_ms
         )
         self.gate = EchoGate(options, self.reference)
         self._canceller = canceller

@@ -39,6 +39,7 @@ from audio.chunk import AudioChunk
 from audio.clock import Clock
 from audio.devices import DeviceSpec, StreamFactory, open_output_stream, resolve_device
 from audio.errors import AudioError, AudioFileError, AudioValueError, DeviceError
+from audio.output_timeline import OutputTimeline
 from audio.resample import StreamResampler
 
 __all__ = ["Sink", "Tap", "NullSink", "WavSink", "SpeakerSink"]
@@ -250,6 +251,10 @@ class SpeakerSink:
     device buffer) plays silence; it returns the end of what was handed to PortAudio,
     which will all be heard (it cannot be recalled without aborting the stream).
 
+    The tap's chunks are stamped on the stream's :class:`OutputTimeline` (its frame
+    count from one anchor), not each with its own reported time: the echo reference
+    must not move while the stream plays (see :mod:`audio.output_timeline`).
+
     If the device rejects ``sample_rate``, the stream opens at ``fallback_rate`` (by
     default the device's default rate) and audio is resampled on ``write``; positions
     stay at ``sample_rate`` (converted by the rate ratio, so exact to within the
@@ -277,6 +282,9 @@ class SpeakerSink:
         self._handed = 0  # device samples handed to PortAudio
         self._heard_done = 0  # device samples of buffers entirely past their DAC time
         self._buffers: deque[tuple[float, int, int]] = deque()  # (dac time s, first, count)
+        self._frames = 0  # device frames of every callback, silent ones included
+        self.timeline = OutputTimeline()
+        """Where each device frame is heard on the clock: the tap's stamps."""
         self.underflows = 0
         self._closed = False
         if stream_factory is None:
@@ -339,11 +347,17 @@ class SpeakerSink:
             if filled:
                 self._buffers.append((dac, first, filled))
                 self._handed += filled
-            if status is not None and getattr(status, "output_underflow", False):
-                self.underflows += 1
+            underflow = status is not None and bool(getattr(status, "output_underflow", False))
+            self.underflows += underflow
+            # When this buffer is heard, as reported: late by the wait for the GIL
+            # before this line, and with the host's latency wobble; the timeline
+            # keeps one anchor for the stream (see audio/output_timeline.py).
+            rate = self.clock.sample_rate
+            heard_at = ((self.clock.now_samples() + int(round((dac - cur) * rate)))
+                        * self.device_rate // rate)
+            frame, self._frames = self._frames, self._frames + int(frames)
+            start = self.timeline.place(frame, heard_at, underflow, audible=filled > 0)
         if filled and self.tap is not None:
-            at = self.clock.now_samples() + int(round((dac - cur) * self.clock.sample_rate))
-            start = at * self.device_rate // self.clock.sample_rate
             chunk = AudioChunk(np.array(outdata[:filled, 0], np.float32), self.device_rate, start)
             try:
                 self.tap(chunk)

@@ -5,8 +5,8 @@ A reply in the packaged Piper voice plays through a virtual sink; the microphone
 it as loud as it is played (a laptop speaker next to its microphone), ``error`` ms after
 the time the sink reports (negative: before it, as when a host API reports a latency it
 does not have; large: a Bluetooth speaker's unreported latency), with 3 ms of jitter on
-the reports. For each error, with the reference as the live settings place it
-(``aec_lead_ms`` 20, ``reference_jitter_ms`` 40):
+the reports. For each error, with the reference as the live settings place it (the
+speaker sink's :class:`OutputTimeline` over the reports, ``aec_lead_ms`` 20):
 
 - whether the VAD heard speech on the cleaned microphone (the reply would interrupt
   itself; ``immediate`` barge-in);
@@ -51,18 +51,20 @@ def run(reply: npt.NDArray[np.float32], rate: int, error_ms: int, align: bool) -
     from audio.chunk import AudioChunk
     from audio.clock import VirtualClock
     from audio.echo import EchoOptions, EchoProcessor, level_dbfs
+    from audio.output_timeline import OutputTimeline
     from audio.resample import resample
     from audio.sinks import NullSink
     from audio.vad import SpeechStarted, Vad
 
-    options = replace(EchoOptions(mode="aec"), aec_lead_ms=20, reference_jitter_ms=40,
-                      aec_align=align)
+    options = replace(EchoOptions(mode="aec"), aec_lead_ms=20, aec_align=align)
     processor = EchoProcessor(options)
     rng = np.random.default_rng(7)
+    timeline = OutputTimeline()
 
     def tap(chunk: AudioChunk) -> None:  # a live sink's report comes up to 3 ms late
         late = int(rng.uniform(0.0, 3.0) * chunk.sample_rate / 1000)
-        processor.push_reference(AudioChunk(chunk.pcm, chunk.sample_rate, chunk.start_sample + late))
+        start = timeline.place(chunk.start_sample, chunk.start_sample + late)
+        processor.push_reference(AudioChunk(chunk.pcm, chunk.sample_rate, start))
 
     clock = VirtualClock(RATE)
     sink = NullSink(clock, rate, tap=tap)
@@ -99,7 +101,7 @@ def main() -> None:
     args = parser.parse_args()
     errors = [int(e) for e in args.errors.split(",")]
     reply, rate = _reply()
-    print(f"reply {reply.size / rate:.1f} s at -20 dBFS; echo at 0 dB; lead 20 ms, jitter 40 ms")
+    print(f"reply {reply.size / rate:.1f} s at -20 dBFS; echo at 0 dB; lead 20 ms, reports up to 3 ms late")
     head = ("| echo after its reported time | AEC3 alone: interrupts itself | echo removed "
             "| with alignment: interrupts itself | echo removed | measured | lead |")
     print(head)

@@ -16,8 +16,9 @@ lag (ADC time -> frame in the loop) and the speaker's reported output latency.
 ``--leak`` lets the speaker leak into the microphone (0 dB, 30 ms; replay gets the same
 echo) with ``--echo-mode`` (default: config.yaml's), and adds the echo path's delay: on
 the bus (speaker -> mic) and as the canceller sees it (how long after its reference,
-placed by the sink's reported times plus ``echo.aec_lead_ms``, the echo reaches the
-mic; AEC3 only cancels a positive delay). The bus figures then read the user's speech
+placed by the sink's timeline plus ``echo.aec_lead_ms``, the echo reaches the mic;
+AEC3 only cancels a positive delay, and loses an echo whose delay shrinks), and its
+spread over the run. The bus figures then read the user's speech
 off the mic column less the speaker's (the virtual loopback is sample-exact).
 
     .venv/bin/python bench/bench_live.py [--questions N] [--keep DIR] [--leak [--echo-mode aec]]
@@ -95,13 +96,13 @@ def lag_ms(a: np.ndarray, b: np.ndarray, rate: int, max_ms: int = 300) -> tuple[
     return 1000.0 * int(lags[k]) / rate, float(values[k]) / norm
 
 
-def echo_alignment(taps: list[AudioChunk], mic: list[AudioChunk], rate: int, jitter_ms: int,
+def echo_alignment(taps: list[AudioChunk], mic: list[AudioChunk], rate: int,
                    lead_ms: int, window_s: float = 2.0) -> list[float]:
     """The echo's delay behind its reference per window of playback (ms, lead included),
     the reference placed as the echo processor places it."""
     if not taps or not mic:
         return []
-    reference = EchoReference(rate, keep_ms=10**8, jitter_ms=jitter_ms)
+    reference = EchoReference(rate, keep_ms=10**8)
     for chunk in taps:
         reference.push(chunk)
     start = mic[0].start_sample
@@ -197,7 +198,7 @@ async def live_run(models: LoopModels, cfg: AppConfig, wav: Path,
         live.sink.close()
         bus = recorder.stop()
     lead = cfg.echo.aec_lead_ms if cfg.echo.mode == "aec" else 0
-    seen = echo_alignment(taps, heard, rate, cfg.echo.reference_jitter_ms, lead)
+    seen = echo_alignment(taps, heard, rate, lead)
     return LiveRun(result.metrics, bus, lags, 1000 * latency, seen)
 
 
@@ -277,6 +278,10 @@ def main() -> int:
             ["echo path on the bus (speaker -> mic)", f"{path_ms:.0f}", "-", 1],
             [f"echo after its reference, as the canceller sees it ({cfg.echo.mode})",
              ms(run.echo_seen_ms, 50), ms(run.echo_seen_ms, 95), len(run.echo_seen_ms)],
+            # AEC3 locks onto one delay: how far the reference moved under it.
+            ["  its spread over the run (max - min)",
+             f"{max(run.echo_seen_ms) - min(run.echo_seen_ms):.0f}" if run.echo_seen_ms else "-",
+             "-", len(run.echo_seen_ms)],
         ]
     print(format_table(["measure (ms)", "p50", "p95", "n"], rows))
     p_replay = percentile(replayed.voice_to_voice_ms, 50)

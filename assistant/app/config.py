@@ -125,9 +125,6 @@ class EchoConfig(_Section):
     aec_lead_ms: int = Field(20, ge=0, le=200)
     """Live audio, ``aec``: the canceller gets the speaker's audio this much before it is
     reported heard (the echo must come after its reference)."""
-    reference_jitter_ms: int = Field(40, ge=0)
-    """Live audio: how late the speaker's reported times may come and still be taken
-    for continuous playback."""
     aec_align: bool = True
     """``aec``: measure where the echo really is in the mic and move the speaker's audio
     there when the reported times put it where AEC3 cannot cancel it (half duplex until
@@ -384,13 +381,23 @@ def _parse_scalar(raw: str) -> Any:
         return raw
 
 
+_RETIRED = {
+    "echo.reference_jitter_ms": "the speaker's audio is now placed by the stream's own "
+                                 "sample count, which does not jitter",
+}
+"""Keys that earlier versions took, and why they went (named in the error)."""
+
+
 def _describe(exc: ValidationError, origin: Mapping[str, str], path: Path | None) -> str:
     lines = []
     for err in exc.errors():
         loc = [str(p) for p in err["loc"]]
         dotted = ".".join(loc[:2])
         where = origin.get(dotted) or origin.get(loc[0]) or (str(path) if path else "defaults")
-        if err["type"] == "extra_forbidden":
+        if err["type"] == "extra_forbidden" and dotted in _RETIRED:
+            lines.append(f"{where}: '{dotted}' is no longer used ({_RETIRED[dotted]}); "
+                         "remove it")
+        elif err["type"] == "extra_forbidden":
             what = "unknown key" if len(loc) > 1 else "unknown section"
             lines.append(f"{where}: {what} '{dotted}'")
         else:

@@ -212,8 +212,8 @@ class LiveAudio:
 def open_live_audio(cfg: AppConfig, models: LoopModels) -> LiveAudio:
     """Open the configured devices for the live loop (``talk``, ``serve --local-audio``).
 
-    The echo processor gets the settings that only live devices need (``echo:``'s
-    ``aec_lead_ms`` and ``reference_jitter_ms``; a virtual clock's times are exact). When
+    The echo processor gets the setting that only live devices need (``echo:``'s
+    ``aec_lead_ms``; a virtual clock's times are exact). When
     the microphone cannot be opened, the speaker opened before it is closed again."""
     from dataclasses import replace
 
@@ -225,8 +225,7 @@ def open_live_audio(cfg: AppConfig, models: LoopModels) -> LiveAudio:
     clock = DeviceClock(cfg.audio.sample_rate)
     echo = None
     if cfg.echo.mode != "off":
-        echo = EchoProcessor(replace(echo_options(cfg), aec_lead_ms=cfg.echo.aec_lead_ms,
-                                     reference_jitter_ms=cfg.echo.reference_jitter_ms))
+        echo = EchoProcessor(replace(echo_options(cfg), aec_lead_ms=cfg.echo.aec_lead_ms))
     sink = SpeakerSink(clock, models.synthesizer.sample_rate, cfg.audio.output_device,
                        cfg.audio.output_buffer_ms,
                        tap=echo.push_reference if echo is not None else None)

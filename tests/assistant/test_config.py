@@ -46,6 +46,14 @@ def test_unknown_key_names_key_and_file(tmp_path: Path) -> None:
     assert str(path) in str(err.value)
 
 
+def test_a_retired_key_says_it_is_no_longer_used(tmp_path: Path) -> None:
+    path = write(tmp_path, "echo:\n  reference_jitter_ms: 40\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path, env={})
+    assert "'echo.reference_jitter_ms' is no longer used" in str(err.value)
+    assert "remove it" in str(err.value) and str(path) in str(err.value)
+
+
 def test_unknown_section_is_an_error(tmp_path: Path) -> None:
     path = write(tmp_path, "vadd:\n  x: 1\n")
     with pytest.raises(ConfigError, match="unknown section 'vadd'"):

@@ -56,12 +56,11 @@ def test_the_echo_processor_gets_the_live_settings(
         return mics[-1]
 
     monkeypatch.setattr(audio.sources, "open_input_stream", open_input_stream)
-    cfg = AppConfig.model_validate({"echo": {"mode": "gate", "aec_lead_ms": 35,
-                                             "reference_jitter_ms": 15}})
+    cfg = AppConfig.model_validate({"echo": {"mode": "gate", "aec_lead_ms": 35}})
     live = open_live_audio(cfg, _models())
     try:
         assert live.echo is not None and live.sink.tap == live.echo.push_reference
-        assert (live.echo.options.aec_lead_ms, live.echo.options.reference_jitter_ms) == (35, 15)
+        assert live.echo.options.aec_lead_ms == 35
         assert live.echo.options.gate_margin_db == cfg.echo.gate_margin_db
     finally:
         live.mic.close()

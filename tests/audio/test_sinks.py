@@ -206,9 +206,9 @@ class FakeOutputStream:
     def close(self) -> None:
         self.closed = True
 
-    def pull(self, frames: int, current: float, dac: float) -> np.ndarray:
+    def pull(self, frames: int, current: float, dac: float, status: Any = None) -> np.ndarray:
         out = np.full((frames, 1), 9.0, np.float32)  # garbage the sink must overwrite
-        self.callback(out, frames, SimpleNamespace(currentTime=current, outputBufferDacTime=dac), None)
+        self.callback(out, frames, SimpleNamespace(currentTime=current, outputBufferDacTime=dac), status)
         return out[:, 0].copy()
 
 
@@ -254,6 +254,58 @@ def test_speaker_stop_takes_effect_at_the_next_buffer() -> None:
     stream.time = 1.0
     assert sink.played_samples == 320
     np.testing.assert_array_equal(np.concatenate([c.pcm for c in tapped]), audio[:320])
+
+
+def test_speaker_taps_on_the_streams_own_timeline_whatever_the_reports_say() -> None:
+    # Each callback reads the clock late (waiting for the GIL) and the host's reported
+    # latency wobbles; a reply plays, the stream plays silence for 0.4 s, the next
+    # reply plays. The tap's stamps follow the stream's frame count from one anchor,
+    # so the second reply lands exactly where the silent buffers put it.
+    clock = VirtualClock(CLOCK_RATE)
+    tapped: list[AudioChunk] = []
+    streams: list[FakeOutputStream] = []
+
+    def factory(**kwargs: Any) -> FakeOutputStream:
+        streams.append(FakeOutputStream(**kwargs))
+        return streams[-1]
+
+    sink = SpeakerSink(clock, 16000, buffer_ms=20, tap=tapped.append, stream_factory=factory)
+    stream = streams[-1]
+    rng = np.random.default_rng(1)
+    underflowed = SimpleNamespace(output_underflow=True)
+
+    def callback(k: int, status: Any = None) -> None:
+        cur = 1.0 + 0.02 * k
+        late = rng.uniform(0, 0.002) + (0.012 if k % 17 == 5 else 0.0)
+        clock.advance(int(round((cur + late) * CLOCK_RATE)) - clock.now_samples())
+        stream.pull(320, current=cur, dac=cur + 0.05 + (0.008 if (k // 20) % 2 else 0.0),
+                    status=status)
+
+    for k in range(60):  # idle since the stream opened: the timeline settles
+        callback(k)
+    first, second = tone(1600, 16000), tone(1600, 16000, seed=1)
+    sink.write(AudioChunk(first, 16000))
+    for k in range(60, 85):
+        callback(k)
+    sink.write(AudioChunk(second, 16000))
+    for k in range(85, 95):
+        callback(k)
+    starts = [c.start_sample for c in tapped]
+    assert len(tapped) == 10
+    assert starts[:5] == [starts[0] + 320 * i for i in range(5)]
+    assert starts[5:] == [starts[0] + 320 * (25 + i) for i in range(5)]
+    # Where the stream's frame 0 is heard: 1.05 s, give or take the wobble.
+    assert abs(starts[0] - 60 * 320 - int(1.05 * CLOCK_RATE)) <= 0.01 * CLOCK_RATE
+    # The device ran dry and played 0.1 s of its own silence (the next callback comes
+    # five buffers' time later): later buffers play later, and the stamps follow.
+    sink.write(AudioChunk(first, 16000))
+    before = starts[0] - 60 * 320  # where frame 0 is heard
+    callback(100, status=underflowed)
+    for k in range(101, 150):
+        callback(k)
+    after = tapped[-1].start_sample - 99 * 320  # the fifth buffer since: frame 99
+    assert sink.underflows == 1 and sink.timeline.reanchored == 1
+    assert abs(after - before - int(0.1 * CLOCK_RATE)) <= 0.01 * CLOCK_RATE
 
 
 def test_speaker_underrun_plays_silence_and_partial_buffers_are_exact() -> None:
