@@ -37,10 +37,9 @@ class EchoReference:
         self._buf = np.zeros(0, np.float32)
         self._buf_start = 0  # mic-timeline sample of _buf[0]
         self._rs: StreamResampler | None = None
-        self._rs_rate = 0
+        self._rs_rate = 0  # the rate of the chunks the resampler takes; 0 before the first
         self._rs_next_in = 0  # next expected chunk start (at the chunk rate)
         self._rs_out = 0  # mic-timeline sample of the resampler's next output
-        self._started = False
 
     def push(self, chunk: AudioChunk) -> None:
         pcm = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
@@ -51,13 +50,12 @@ class EchoReference:
             size = pcm.size
             start = chunk.start_sample
             gap = start - self._rs_next_in
-            if not self._started or rate != self._rs_rate or gap < 0 or gap > rate // 2:
+            if rate != self._rs_rate or gap < 0 or gap > rate // 2:
                 self._rs = None if rate == self.sample_rate else StreamResampler(
                     rate, self.sample_rate, 1, "float32", quality="QQ"
                 )
                 self._rs_rate = rate
                 self._rs_out = start * self.sample_rate // rate
-                self._started = True
             elif gap > 0:
                 pcm = np.concatenate([np.zeros(gap, np.float32), pcm])
             self._rs_next_in = start + size

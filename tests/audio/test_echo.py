@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pytest
@@ -76,7 +76,7 @@ def simulate(
     report_late_ms: float = 0.0,
     stall_ms: float = 0.0,
     pause_ms: int = 0,
-    stamps: str = "timeline",
+    stamps: Literal["timeline", "reported"] = "timeline",
 ) -> Run:
     """The assistant's reply plays from ``PLAY_AT`` (with ``pause_ms`` of silence after
     its first half, as between two synthesised clauses); the mic hears it ``delay_ms``
@@ -263,7 +263,7 @@ def test_aec_cancels_a_reply_resumed_after_a_pause_although_the_reports_come_lat
     # locked onto the delay it found, lets the echo through until it finds it again
     # (seen live: a reply's second clause, placed 5 ms later than its first,
     # interrupted the reply).
-    def run(stamps: str) -> Run:
+    def run(stamps: Literal["timeline", "reported"]) -> Run:
         return simulate(voices, "aec", report_late_ms=3, stall_ms=8, pause_ms=1500,
                         stamps=stamps, seconds=8.0,
                         options=EchoOptions(mode="aec", **LIVE))  # type: ignore[arg-type]
