@@ -111,7 +111,7 @@ _WHERE = {
     "Sink": "audio.sinks",
     "NullSink": "audio.sinks",
     "WavSink": "audio.sinks",
-    "SpeakerSink": "audio.sinks",
+    "SpeakerSink": "audio.speaker_sink",
     "EchoOptions": "audio.echo",
     "EchoProcessor": "audio.echo",
 }
@@ -131,8 +131,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
         ModelLoadError,
     )
     from audio.resample import StreamResampler, resample
-    from audio.sinks import NullSink, Sink, SpeakerSink, WavSink
+    from audio.sinks import NullSink, Sink, WavSink
     from audio.sources import MicSource, WavFileSource
+    from audio.speaker_sink import SpeakerSink
     from audio.streaming_asr import (
         LocalAgreement,
         StreamingTranscriber,

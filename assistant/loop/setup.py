@@ -32,9 +32,10 @@ if TYPE_CHECKING:
     from audio.asr import Transcriber
     from audio.clock import Clock
     from audio.echo import EchoOptions, EchoProcessor
-    from audio.sinks import Sink, SpeakerSink
+    from audio.sinks import Sink
     from audio.smart_turn import SmartTurn
     from audio.sources import MicSource
+    from audio.speaker_sink import SpeakerSink
     from audio.tts import Synthesizer
     from audio.vad import VadOptions
     from engine import ChatTemplate, Engine
@@ -219,8 +220,8 @@ def open_live_audio(cfg: AppConfig, models: LoopModels) -> LiveAudio:
 
     from audio.clock import DeviceClock
     from audio.echo import EchoProcessor
-    from audio.sinks import SpeakerSink
     from audio.sources import MicSource
+    from audio.speaker_sink import SpeakerSink
 
     clock = DeviceClock(cfg.audio.sample_rate)
     echo = None

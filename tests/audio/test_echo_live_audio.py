@@ -8,12 +8,12 @@ from typing import Any
 
 import pytest
 
-import audio.sinks
 import audio.sources
+import audio.speaker_sink
 from assistant.app.config import AppConfig
 from assistant.loop.setup import LoopModels, open_live_audio
 from audio.errors import DeviceError
-from tests.audio.test_sinks import FakeOutputStream
+from tests.audio.fake_streams import FakeOutputStream
 
 
 @pytest.fixture
@@ -26,8 +26,8 @@ def speakers(monkeypatch: pytest.MonkeyPatch) -> list[FakeOutputStream]:
         return opened[-1]
 
     device = SimpleNamespace(index=0, default_samplerate=48000.0)
-    monkeypatch.setattr(audio.sinks, "resolve_device", lambda spec, kind: device)
-    monkeypatch.setattr(audio.sinks, "open_output_stream", open_output_stream)
+    monkeypatch.setattr(audio.speaker_sink, "resolve_device", lambda spec, kind: device)
+    monkeypatch.setattr(audio.speaker_sink, "open_output_stream", open_output_stream)
     monkeypatch.setattr(audio.sources, "resolve_device", lambda spec, kind: device)
     return opened
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -17,6 +16,7 @@ from audio.errors import AudioFileError, AudioValueError, DeviceError
 from audio.resample import resample
 from audio.sources import MicSource, StreamConverter, WavFileSource
 from audio.wav import wav_bytes, write_wav
+from tests.audio.fake_streams import FakeInputStream
 
 RATE = 16000
 FRAME = 320
@@ -151,29 +151,6 @@ def test_converter_rejects_unsupported_blocks_and_repairs_bad_samples() -> None:
 
 
 # ------------------------------------------------------------------------ mic
-
-
-class FakeInputStream:
-    def __init__(self, *, device: Any, samplerate: float, channels: int, blocksize: int, callback: Any) -> None:
-        self.samplerate = samplerate
-        self.channels = channels
-        self.blocksize = blocksize
-        self.callback = callback
-        self.started = False
-        self.closed = False
-
-    def start(self) -> None:
-        self.started = True
-
-    def stop(self) -> None:
-        self.started = False
-
-    def close(self) -> None:
-        self.closed = True
-
-    def feed(self, block: np.ndarray, current: float = 0.0, adc: float = 0.0, overflow: bool = False) -> None:
-        status = SimpleNamespace(input_overflow=overflow)
-        self.callback(block, block.shape[0], SimpleNamespace(currentTime=current, inputBufferAdcTime=adc), status)
 
 
 def make_mic(clock: Any, device_rate: int, channels: int = 1, queue_blocks: int = 500) -> tuple[MicSource, FakeInputStream]:
