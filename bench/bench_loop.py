@@ -25,6 +25,7 @@ engine sequence == history after every case.
     .venv/bin/python bench/bench_loop.py [--questions N] [--keep DIR] [--weights bf16]
         [--pause-onset-ms 0] [--compare tts.first_clause_priority=false]
     .venv/bin/python bench/bench_loop.py --interruptions [--realtime] [--interim-every-ms 100]
+        [--compare turns.pause_priority=false] [--no-baseline]
 """
 
 from __future__ import annotations
@@ -201,21 +202,26 @@ def run_case(models: LoopModels, cfg: AppConfig, case: Case, tmp: Path,
 
 
 def interruption_bench(models: LoopModels, realtime: bool,
-                       interim_every_ms: tuple[int, ...] = ()) -> None:
+                       interim_every_ms: tuple[int, ...] = (),
+                       compare: tuple[tuple[str, object], ...] = (),
+                       baseline: bool = True) -> None:
     cases = interruption_cases()
     results: dict[str, list[tuple[Case, CaseResult]]] = {}
     modes: list[tuple[str, dict[str, object]]] = [
-        ("immediate", {"turns.interruption": "immediate"}),
-        ("tentative", {"turns.interruption": "tentative"})]
+        ("immediate", {"turns.interruption": "immediate"})] if baseline else []
+    modes += [("tentative", {"turns.interruption": "tentative"})]
     modes += [(f"tentative, interims every {n} ms", {"turns.interruption": "tentative",
                                                       "turns.interim_every_ms": n})
               for n in interim_every_ms]
-    with tempfile.TemporaryDirectory() as tmp:
-        for mode, overrides in modes:
-            cfg = load_config(default_config_path(), env={},
+    modes += [(f"tentative, {key}={value}", {"turns.interruption": "tentative", key: value})
+              for key, value in compare]
+    cfgs = {mode: load_config(default_config_path(), env={},
                               overrides={**overrides, "llm.max_new_tokens": 50})
-            results[mode] = []
-            for case in cases:
+            for mode, overrides in modes}
+    results = {mode: [] for mode in cfgs}
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in cases:  # modes alternate case by case: the host's drift hits them alike
+            for mode, cfg in cfgs.items():
                 print(f"{mode}: {case.label} ...", file=sys.stderr)
                 results[mode].append((case, run_case(models, cfg, case, Path(tmp), realtime)))
     clock = "wall clock" if realtime else "virtual clock: the rule's own delays, no compute time"
@@ -246,7 +252,8 @@ def interruption_bench(models: LoopModels, realtime: bool,
                         "cut final before the speech ended",
                         "its answer: voice-to-voice p50/p95", "resume gap p50/p95", "sequence == history"], rows))
     print()
-    print(format_table(["case (STOP: cut final this long after the sound began)", *results,
+    print(format_table(["case (STOP: cut final this long after the sound began; resumed: "
+                        "the gap heard)", *results,
                         "heard (tentative)"], [
         [c.label] + [_case_cell(r) for r in (results[m][i][1] for m in results)]
         + [repr(r.heard)] for i, (c, r) in enumerate(results["tentative"])]))
@@ -255,7 +262,9 @@ def interruption_bench(models: LoopModels, realtime: bool,
 def _case_cell(r: CaseResult) -> str:
     if r.stopped:
         return "STOP" if r.commit_ms is None else f"STOP {r.commit_ms} ms"
-    return "paused, resumed" if r.paused else "-"
+    if r.paused:
+        return "paused, resumed" if r.gap_ms is None else f"resumed after {r.gap_ms} ms"
+    return "-"
 
 
 def ms(values: tuple[int, ...], q: float) -> str:
@@ -293,9 +302,13 @@ def main() -> int:
                              "turns.interim_every_ms (comma-separated)")
     parser.add_argument("--compare", type=parse_override, action="append", default=[],
                         metavar="SECTION.KEY=VALUE",
-                        help="also run the semantic end of turn with this config override, "
-                             "on the same models (a per-conversation setting, e.g. "
-                             "tts.first_clause_priority=false; repeatable)")
+                        help="also run the semantic end of turn (with --interruptions: "
+                             "tentative) with this config override, on the same models (a "
+                             "per-conversation setting, e.g. tts.first_clause_priority=false "
+                             "or turns.pause_priority=false; repeatable)")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="with --interruptions: skip the immediate baseline (to compare "
+                             "tentative settings in less time)")
     parser.add_argument("--weights", type=lambda v: [f for f in v.split(",") if f],
                         default=[], metavar="FORMATS",
                         help="also run the semantic end of turn on the engine loaded in "
@@ -311,7 +324,8 @@ def main() -> int:
     # The interruption set compares modes on the same audio: Piper without its noise.
     models = load_models(base, deterministic_tts=args.interruptions)
     if args.interruptions:
-        interruption_bench(models, args.realtime, tuple(args.interim_every_ms))
+        interruption_bench(models, args.realtime, tuple(args.interim_every_ms),
+                           tuple(args.compare), baseline=not args.no_baseline)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         wav = (args.keep or Path(tmp)) / "bench_loop_input.wav"
