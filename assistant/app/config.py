@@ -223,6 +223,10 @@ class TurnsConfig(_Section):
     min_words_ms: int = Field(150, ge=0)
     """A burst over the reply this long, too short to pause it, has its words decoded
     when it ends (a crisp "Stop!" interrupts; a click has no words)."""
+    pause_priority: bool = True
+    """While a reply is paused by speech over it, a CPU engine's decode steps wait (at
+    most 250 ms each), so the speech's words, which decide the cut, decode sooner. Not
+    in the daemon, whose engine serves every session."""
 
 
 class ServerConfig(_Section):

@@ -13,6 +13,11 @@ nothing holds the gate, and otherwise when the holds are released or ``max_hold_
 passed (a synthesis that hangs cannot starve the engine). Commands are not gated (a
 barge-in's cut runs between steps as ever), only steps. The work is the same; only its
 order changes.
+
+A hold may also follow a state (:meth:`StepGate.set_held`): the talk loop holds the gate
+while a reply is paused by speech over it, so the speech's transcript, which decides
+whether the cut stands, is not decoded beside the reply's tokens ahead of playback
+(`assistant.loop.types.PipelineOptions.pause_priority`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Hashable, Iterator
 
 __all__ = ["StepGate"]
 
@@ -34,6 +39,7 @@ class StepGate:
         self.max_hold_s = max_hold_s
         self._cond = threading.Condition()
         self._holds = 0
+        self._reasons: set[Hashable] = set()
         self.waited_s = 0.0
         """Time the engine spent waiting at the gate, in all."""
 
@@ -41,6 +47,20 @@ class StepGate:
     def held(self) -> bool:
         with self._cond:
             return self._holds > 0
+
+    def set_held(self, reason: Hashable, held: bool) -> None:
+        """Hold the gate for ``reason`` (any key: the holder itself, say) until called
+        again with ``held`` false: for a hold that follows a state rather than a block
+        of code. Idempotent per reason."""
+        with self._cond:
+            if held == (reason in self._reasons):
+                return
+            if held:
+                self._reasons.add(reason)
+                self._holds += 1
+                return
+            self._reasons.discard(reason)
+            self._release()
 
     @contextlib.contextmanager
     def hold(self) -> Iterator[None]:
@@ -52,9 +72,13 @@ class StepGate:
             yield
         finally:
             with self._cond:
-                self._holds -= 1
-                if self._holds == 0:
-                    self._cond.notify_all()
+                self._release()
+
+    def _release(self) -> None:
+        """One hold ends (called holding the condition's lock)."""
+        self._holds -= 1
+        if self._holds == 0:
+            self._cond.notify_all()
 
     def wait(self) -> float:
         """Block while the gate is held, at most ``max_hold_s``; the seconds waited."""

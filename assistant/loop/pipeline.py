@@ -113,6 +113,7 @@ class Pipeline:
         self.dialogue = DialogueClient(host, dialogue, post, name=name)
         self.asr = AsrWorker(transcriber, asr_options, post, sample_rate=listener.rate,
                              end_model=end_model)
+        self._gate = host.gate if self.options.pause_priority else None
         self.tts = TtsWorker(synthesizer, post, clauses=clauses,
                              gate=host.gate if self.options.first_clause_priority else None)
         self._stages: tuple[Any, ...] = (self.dialogue, self.asr, self.tts)
@@ -281,6 +282,8 @@ class Pipeline:
         if self._consumer is not None:
             await cancel_and_wait(self._consumer, logger=_log, what="pipeline inbox")
         self.sink.stop()
+        if self._gate is not None:
+            self._gate.set_held(self, False)
         for stage in self._stages:
             await asyncio.to_thread(stage.close)
 
@@ -366,6 +369,10 @@ class Pipeline:
         for action in actions:
             run_action(self.parts, action, event)
         # While a reply is paused (its cut undecided), ASR has the CPU: the speech's words
-        # decide the cut, and the reply's clauses ahead of playback are not needed yet.
-        self.tts.hold(self.tm.paused_turn_id is not None)
+        # decide the cut, and the reply's clauses and tokens ahead of playback are not
+        # needed yet.
+        paused = self.tm.paused_turn_id is not None
+        self.tts.hold(paused)
+        if self._gate is not None:
+            self._gate.set_held(self, paused)
         return actions

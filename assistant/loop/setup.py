@@ -284,7 +284,8 @@ def build_pipeline(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Si
     template, options = models.template, dialogue_options(cfg)
     listener = Listener(vad_options(cfg), echo)
     opts = dataclasses.replace(pipeline_options or PipelineOptions(virtual=virtual),
-                               first_clause_priority=cfg.tts.first_clause_priority)
+                               first_clause_priority=cfg.tts.first_clause_priority,
+                               pause_priority=cfg.turns.pause_priority)
     asr_options: Any = StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms)
     return Pipeline(host=models.host,
                     dialogue=lambda backend: Dialogue(backend, template, options),

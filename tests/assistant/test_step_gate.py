@@ -114,3 +114,22 @@ def test_the_first_clause_and_a_presynthesis_hold_the_gate_later_clauses_do_not(
     assert synth.held == [("A draft ahead.", enabled), ("Sure, here it is.", enabled),
                           ("And more text follows.", False), ("Yes", enabled)]
     assert not gate.held
+
+
+def test_a_hold_that_follows_a_state_is_idempotent_and_shared_with_block_holds() -> None:
+    gate = StepGate(max_hold_s=TIMEOUT)
+    a, b = object(), object()
+    gate.set_held(a, True)
+    gate.set_held(a, True)  # the same state again: still one hold
+    gate.set_held(b, True)
+    gate.set_held(a, False)
+    assert gate.held  # b holds
+    with gate.hold():
+        gate.set_held(b, False)
+        gate.set_held(b, False)  # released twice: nothing more is released
+        assert gate.held  # the block holds
+        thread, waited = _waiter(gate)
+        thread.join(0.1)
+        assert thread.is_alive()
+    thread.join(TIMEOUT)
+    assert not thread.is_alive() and waited[0] < TIMEOUT and not gate.held

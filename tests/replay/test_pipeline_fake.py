@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,12 @@ import pytest
 
 from assistant.llm.host import EngineHost
 from assistant.llm.local import LocalBackend
+from assistant.llm.step_gate import StepGate
 from assistant.loop import event_log as log
 from assistant.loop.pipeline import Pipeline, PipelineOptions, PipelineResult
 from assistant.speech.listener import Listener
 from assistant.speech.voice import ClauseRule
+from assistant.turns.interruption import InterruptionOptions
 from assistant.turns.turn_manager import TurnManager, TurnOptions
 from audio.asr import TranscribedWord
 from audio.chunk import AudioChunk
@@ -62,12 +65,13 @@ class FakeRun:
 
 
 async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize: bool,
-               transcriber: CountingTranscriber, clock: VirtualClock | None = None) -> FakeRun:
+               transcriber: CountingTranscriber, clock: VirtualClock | None = None,
+               gate: StepGate | None = None) -> FakeRun:
     clock = clock or VirtualClock(RATE)
     synth = ToneSynthesizer()
     sink = WavSink(tmp / "heard.wav", clock, RATE)
     engine, template = scripted_engine()
-    host = EngineHost(LocalBackend(engine))
+    host = EngineHost(LocalBackend(engine), gate=gate)
     pipeline = Pipeline(
         host=host, dialogue=scripted_dialogue(template), transcriber=transcriber,
         synthesizer=synth,
@@ -268,3 +272,40 @@ def test_without_speculation_the_prompt_is_computed_live(tmp_path: Path) -> None
     assert started.speculation == "none"
     assert started.prompt_tokens_computed == started.prompt_tokens
     assert r.result.metrics.speculation_hit_rate is None
+
+
+class _GateLog(StepGate):
+    """A step gate that notes, on the virtual clock, each change of a state hold."""
+
+    def __init__(self, clock: VirtualClock) -> None:
+        super().__init__(max_hold_s=0.05)
+        self.clock = clock
+        self.changes: list[tuple[int, bool]] = []
+        """(ms, held) at each change."""
+
+    def set_held(self, reason: Hashable, held: bool) -> None:
+        if held != (self.changes[-1][1] if self.changes else False):
+            self.changes.append((self.clock.now_samples() * 1000 // RATE, held))
+        super().set_held(reason, held)
+
+
+@pytest.mark.parametrize(("over_ms", "min_loud_blocks", "words"),
+                         [(400, 10, False), (800, 5, True)])
+def test_a_paused_reply_holds_the_engine_until_its_cut_is_decided(
+        tmp_path: Path, over_ms: int, min_loud_blocks: int, words: bool) -> None:
+    # Speech over the reply pauses it (tentative). No words in it (a cough): it plays on.
+    # Words, heard only once enough of it was said: the cut stands. Either way the
+    # engine's steps wait from the pause until the decision, and not after it.
+    signal = np.concatenate([silence(300), voice(1000), silence(570 + 800), voice(over_ms),
+                             silence(1500)])
+    clock = VirtualClock(RATE)
+    gate = _GateLog(clock)
+    turns = TurnOptions(interruption=InterruptionOptions(mode="tentative"))
+    r = asyncio.run(_run(signal, tmp_path, turns, True, CountingTranscriber(min_loud_blocks),
+                         clock=clock, gate=gate))
+    (paused,) = r.of(log.InterruptionPausedEntry)
+    decided = r.of(log.InterruptionCommittedEntry if words else log.InterruptionResumedEntry)
+    assert len(decided) == 1
+    (start, held), (end, released) = gate.changes
+    assert held and not released and not gate.held
+    assert paused.t_ms <= start < decided[0].t_ms <= end <= decided[0].t_ms + 20
