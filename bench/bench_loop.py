@@ -31,6 +31,7 @@ engine sequence == history after every case.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -320,9 +321,17 @@ def main() -> int:
                              "lost to the others")
     args = parser.parse_args()
     base = load_config(default_config_path(), env={})
+    # Every set of models is closed at the end: left open (the engine's thread running)
+    # they made nanobind print a leak report for a soxr resampler at exit.
+    with contextlib.ExitStack() as opened:
+        return _bench(args, base, opened)
+
+
+def _bench(args: argparse.Namespace, base: AppConfig, opened: contextlib.ExitStack) -> int:
     print("loading models ...", file=sys.stderr)
     # The interruption set compares modes on the same audio: Piper without its noise.
     models = load_models(base, deterministic_tts=args.interruptions)
+    opened.callback(models.close)
     if args.interruptions:
         interruption_bench(models, args.realtime, tuple(args.interim_every_ms),
                            tuple(args.compare), baseline=not args.no_baseline)
@@ -365,8 +374,10 @@ def main() -> int:
         loaded += [(f"semantic, {fmt} weights", {"engine.weights": fmt}) for fmt in args.weights]
         for name, overrides in loaded:
             print(f"loading the models for {name} ...", file=sys.stderr)
-            runs.append((name, overrides, load_models(
-                load_config(default_config_path(), env={}, overrides=overrides))))
+            own = load_models(load_config(default_config_path(), env={},
+                                          overrides=overrides))
+            opened.callback(own.close)
+            runs.append((name, overrides, own))
         if args.warmup > 0:
             warm = wav.with_name("bench_loop_warmup.wav")
             build_input(models, args.warmup, warm)
