@@ -207,7 +207,6 @@ def interruption_bench(models: LoopModels, realtime: bool,
                        compare: tuple[tuple[str, object], ...] = (),
                        baseline: bool = True) -> None:
     cases = interruption_cases()
-    results: dict[str, list[tuple[Case, CaseResult]]] = {}
     modes: list[tuple[str, dict[str, object]]] = [
         ("immediate", {"turns.interruption": "immediate"})] if baseline else []
     modes += [("tentative", {"turns.interruption": "tentative"})]
@@ -219,7 +218,7 @@ def interruption_bench(models: LoopModels, realtime: bool,
     cfgs = {mode: load_config(default_config_path(), env={},
                               overrides={**overrides, "llm.max_new_tokens": 50})
             for mode, overrides in modes}
-    results = {mode: [] for mode in cfgs}
+    results: dict[str, list[tuple[Case, CaseResult]]] = {mode: [] for mode in cfgs}
     with tempfile.TemporaryDirectory() as tmp:
         for case in cases:  # modes alternate case by case: the host's drift hits them alike
             for mode, cfg in cfgs.items():

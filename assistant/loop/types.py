@@ -33,11 +33,12 @@ class PipelineOptions:
     first_clause_priority: bool = True
     """The engine's steps wait while a reply's first clause is synthesised, where the
     engine host has a gate (a CPU engine: :mod:`assistant.llm.step_gate`)."""
-    pause_priority: bool = True
+    pause_priority: bool = False
     """While a reply is paused by speech over it (tentative interruptions), the engine's
     steps wait too (TTS is held anyway), where the engine host has a gate: the speech's
-    transcript decides the cut and gets the cores. Off where one engine serves several
-    conversations (the daemon): one session's pause would slow the others' replies."""
+    transcript decides the cut and gets the cores. For a conversation that has the engine
+    to itself (`assistant.loop.setup.build_pipeline` takes ``turns.pause_priority``); off
+    where one engine serves several (the daemon): one pause would slow the others."""
     virtual: bool = False
     """Settle every worker after each frame (deterministic replay on a virtual clock)."""
     max_tail_ms: int = 30_000

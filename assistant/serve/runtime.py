@@ -108,9 +108,7 @@ class ServeRuntime:
             clock=clock, sink=sink, asr_options=self.asr_options,
             clauses=self.clauses, on_entry=on_entry, name="local-audio",
             end_model=models.end_model,
-            # The engine also serves the daemon's sessions: a pause here must not slow them.
-            options=PipelineOptions(first_clause_priority=self.cfg.tts.first_clause_priority,
-                                    pause_priority=False))
+            options=PipelineOptions(first_clause_priority=self.cfg.tts.first_clause_priority))
         log.info("local audio loop started")
         try:
             await converse(pipeline, threaded_frames(iter(mic)), stop, mic.close)

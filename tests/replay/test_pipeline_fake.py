@@ -77,7 +77,7 @@ async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize:
         synthesizer=synth,
         turn_manager=TurnManager(turns), listener=Listener(VAD, None, ToneClassifier()),
         clock=clock, sink=sink, asr_options=StreamingASROptions(), clauses=ClauseRule(min_chars=6),
-        options=PipelineOptions(virtual=True, presynthesize=presynthesize))
+        options=PipelineOptions(virtual=True, presynthesize=presynthesize, pause_priority=True))
     try:
         for start in range(0, signal.size - FRAME + 1, FRAME):
             clock.wait_until(start + FRAME)

@@ -163,8 +163,7 @@ class PipelineBackend:
             # the recorder keeps it once a reply adopts it (silent if that turn is text).
             options=PipelineOptions(
                 presynthesize="audio" in settings.output_modalities,
-                first_clause_priority=rt.cfg.tts.first_clause_priority,
-                pause_priority=False),  # the engine serves every session
+                first_clause_priority=rt.cfg.tts.first_clause_priority),
             on_entry=self._on_entry,
             end_model=rt.models.end_model,
         )
