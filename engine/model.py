@@ -187,7 +187,7 @@ def _part_attention(cfg: ModelConfig, q: torch.Tensor, k_pages: torch.Tensor,
     q = q.transpose(0, 1).reshape(1, kv_heads, groups * length, dim)
     out = F.scaled_dot_product_attention(q, keys, values, attn_mask=part.mask,
                                          scale=dim ** -0.5)
-    return out.view(heads, length, dim).transpose(0, 1).reshape(length, heads * dim)
+    return out.reshape(heads, length, dim).transpose(0, 1).reshape(length, heads * dim)
 
 
 def _mlp(layer: LayerWeights, h: torch.Tensor) -> torch.Tensor:

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from engine.errors import EngineError
 from engine.weight_formats import DENSE_ROWS, PREFILL_ROWS, DenseCopy, WeightFormat
 
 __all__ = [
@@ -264,6 +265,17 @@ class Int4Linear(Linear):
                 + self.scales_and_zeros.numel() * self.scales_and_zeros.element_size())
 
 
+def tinygemm_inner_k_tiles(in_features: int) -> int:
+    """How many 16-wide k-tiles CUDA's tinygemm int4 layout packs together for a weight of
+    `in_features` inputs: 8 (16-byte loads, gpt-fast's choice) where they divide the inputs,
+    else 4 or 2 (the kernel's layout needs ``in_features % (16 * tiles) == 0``: SmolLM2's 576
+    inputs take 4)."""
+    for tiles in (8, 4, 2):
+        if in_features % (16 * tiles) == 0:
+            return tiles
+    raise EngineError(f"int4 on CUDA needs a multiple of 32 inputs, got {in_features}")
+
+
 def _fbgemm_int8(tensors: QuantizedTensors) -> Any:
     """fbgemm's packed form of an int8 weight (``quantized::linear_prepack`` takes a
     per-channel quantized tensor: the same int8 values and scales, zero points 0)."""
@@ -399,6 +411,7 @@ def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, 
                           .contiguous() if fp32_prefill else None,
                           dense=copy, dense_rows=dense_rows)
     swapped = ((nibbles & 0xF) << 4) | (nibbles >> 4)  # tinygemm wants the high nibble first
-    packed = torch.ops.aten._convert_weight_to_int4pack(swapped.to(device), 8)
+    packed = torch.ops.aten._convert_weight_to_int4pack(swapped.to(device),
+                                                         tinygemm_inner_k_tiles(in_features))
     return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
                       out_features, bias, dense=copy, dense_rows=dense_rows)

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from engine.loader import runner_from_hf_model
-from engine.paged_runner import PagedRunner
+from engine.paged_runner import PagedRunner, attention_backends_for
 from engine.runner import DecodeItem, PrefillItem
 from tests.engine.conftest import TINY_VOCAB
 
@@ -89,6 +89,50 @@ def test_prefill_matches_transformers(tiny: Any) -> None:
     last = runner.prefill(table, 0, ids)
     assert last.shape == (1, TINY_VOCAB)
     assert max_diff(last[0], logits[-1]) < 1e-6
+
+
+def test_forwards_run_under_the_runners_attention_backends(tiny_llama: Any) -> None:
+    """On CUDA the runner leaves cuDNN attention out (it plans per key length, and every
+    decode step has a new one); the choice holds for prefill and decode alike: a backend
+    the CPU lacks fails both, the math backend computes the same logits."""
+    from torch.nn.attention import SDPBackend
+
+    assert attention_backends_for(torch.device("cpu")) is None
+    cuda = attention_backends_for(torch.device("cuda"))
+    assert cuda is not None and SDPBackend.CUDNN_ATTENTION not in cuda
+    assert SDPBackend.FLASH_ATTENTION in cuda and SDPBackend.EFFICIENT_ATTENTION in cuda
+    runner = make_runner(tiny_llama)
+    ids = random_tokens(13, seed=21)
+    table = shuffled_pages(64, seed=22)
+    prefilled = runner.prefill(table, 0, ids[:-1], all_logits=True)
+    decoded = runner.decode([DecodeItem(table, len(ids) - 1, ids[-1])])
+    runner.attention_backends = [SDPBackend.MATH]
+    assert max_diff(runner.prefill(table, 0, ids[:-1], all_logits=True), prefilled) < 1e-5
+    assert max_diff(runner.decode([DecodeItem(table, len(ids) - 1, ids[-1])]), decoded) < 1e-5
+    runner.attention_backends = [SDPBackend.EFFICIENT_ATTENTION]  # CUDA only
+    with pytest.raises(RuntimeError):
+        runner.prefill(table, 0, ids[:-1])
+    with pytest.raises(RuntimeError):
+        runner.decode([DecodeItem(table, len(ids) - 1, ids[-1])])
+
+
+def test_prefill_takes_attention_output_in_any_layout(tiny_llama: Any,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA's attention kernels may return their output in a layout no view can regroup
+    (seen on an H200: "view size is not compatible with input tensor's size and stride");
+    prefill reshapes it, and the logits are the same."""
+    runner = make_runner(tiny_llama)
+    ids = random_tokens(11, seed=23)
+    table = shuffled_pages(64, seed=24)
+    expected = runner.prefill(table, 0, ids, all_logits=True)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    def strided(*args: Any, **kwargs: Any) -> torch.Tensor:
+        out = sdpa(*args, **kwargs)
+        return out.transpose(-1, -2).contiguous().transpose(-1, -2)  # same values
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", strided)
+    assert max_diff(runner.prefill(table, 0, ids, all_logits=True), expected) < 1e-6
 
 
 def test_chunked_prefill_matches_transformers(tiny: Any) -> None:

@@ -26,6 +26,7 @@ from engine.quantize import (
     dequantize,
     linear_from_quantized,
     quantize_linear,
+    tinygemm_inner_k_tiles,
 )
 from engine.runner import DecodeItem
 from engine.weight_cache import ALIGN, cache_path, load_or_quantize
@@ -191,6 +192,18 @@ def test_the_vnni_copy_serves_few_rows_and_the_dense_copy_many() -> None:
 def test_int4_with_inputs_not_a_multiple_of_the_group_falls_back_to_int8() -> None:
     tensors = quantize_linear(torch.randn(8, 48), "int4")
     assert tensors is not None and "q" in tensors
+
+
+@pytest.mark.parametrize(("inputs", "tiles"), [(1536, 8), (576, 4), (64, 4), (96, 2)])
+def test_cuda_int4_packs_as_many_k_tiles_as_divide_the_inputs(inputs: int, tiles: int) -> None:
+    """tinygemm's layout needs inputs % (16 * tiles) == 0: SmolLM2's 576 inputs failed
+    with gpt-fast's fixed 8."""
+    assert tinygemm_inner_k_tiles(inputs) == tiles
+
+
+def test_cuda_int4_refuses_inputs_no_k_tiles_divide() -> None:
+    with pytest.raises(EngineError, match="multiple of 32"):
+        tinygemm_inner_k_tiles(48)
 
 
 def test_format_names_and_dtypes() -> None:
