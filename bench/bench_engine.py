@@ -50,6 +50,16 @@ from engine.quality import (
 )
 from engine.quantize import Fp16PackedLinear
 
+from device_figures import (  # isort: skip (bench/, beside this script)
+    copy_bandwidth,
+    decode_bytes,
+    graph_step,
+    int8_kernels,
+    kernel_check,
+    new_spans,
+    random_model,
+)
+
 SYSTEM: Message = {"role": "system", "content": "You are a helpful, concise voice assistant."}
 HISTORY = (
     ("Hi! Can you tell me about the moon?", "The moon is Earth's only natural satellite. It "
@@ -192,8 +202,9 @@ def ours_profile(runner: PagedRunner, prompt: list[int], steps: int = 8, top: in
 
 def hf_generate(hf: Any, ids: list[int], count: int) -> list[int]:
     with torch.inference_mode():
-        out = hf.generate(torch.tensor([ids]), max_new_tokens=count, min_new_tokens=count,
-                          do_sample=False, pad_token_id=hf.generation_config.eos_token_id)
+        out = hf.generate(torch.tensor([ids], device=hf.device), max_new_tokens=count,
+                          min_new_tokens=count, do_sample=False,
+                          pad_token_id=hf.generation_config.eos_token_id)
     return [int(t) for t in out[0, len(ids):]]
 
 
@@ -209,7 +220,9 @@ def hf_decode(hf: Any, prompt: list[int], count: int) -> float:
 def hf_prefill(hf: Any, ids: list[int]) -> float:
     start = clock()
     with torch.inference_mode():
-        hf(torch.tensor([ids]))
+        hf(torch.tensor([ids], device=hf.device))
+    if hf.device.type == "cuda":
+        torch.cuda.synchronize(hf.device)
     return len(ids) / (clock() - start)
 
 
@@ -317,6 +330,61 @@ def fmt(value: float | None, spec: str) -> str:
     return "-".rjust(width) if value is None else format(value, spec)
 
 
+def device_section(device: torch.device, runners: dict[str, PagedRunner],
+                   cpu_runners: dict[str, PagedRunner], rounds: dict[str, dict[str, list[float]]],
+                   span: int, depth: int, check_ids: list[int]) -> None:
+    """The GPU figures (see `device_figures`): roofline, CUDA graph, kernels."""
+    bandwidth = copy_bandwidth(device)
+    print(f"\n{torch.cuda.get_device_name(device)}: device-to-device copy "
+          f"{bandwidth / 1e12:.2f} TB/s (read + written), the roofline's bandwidth")
+    print("batch-1 decode against the roofline (bandwidth / bytes a step must read), and one "
+          "model step eager vs replayed as a CUDA graph:")
+    for name, runner in runners.items():
+        for at, measured in ((span, best(rounds[name]["decode"])),
+                             (depth, best(rounds[name]["depth"]) if depth else None)):
+            if not at or measured is None:
+                continue
+            need = decode_bytes(runner, at)
+            roof = bandwidth / need
+            head = (f"  {name:5s} @{at:5d}: {need / 1e6:6.1f} MB/token, roofline {roof:8,.0f} "
+                    f"tok/s; engine {measured:6.1f} tok/s ({100 * measured / roof:4.1f}%)")
+            try:
+                eager, graph = graph_step(runner, at)
+            except RuntimeError as exc:  # a figure lost, not the run
+                print(f"{head}; model step failed: {str(exc).splitlines()[0][:120]}")
+                continue
+            print(f"{head}; model step eager {eager * 1e3:5.2f} ms ({1 / eager:5.0f} tok/s), "
+                  f"CUDA graph {graph * 1e3:5.3f} ms ({1 / graph:6.0f} tok/s, "
+                  f"{100 / graph / roof:4.1f}%)")
+    print("batch-1 decode at key lengths not seen before (16 steps each), the engine's "
+          "attention backends vs torch's own choice:")
+    start = 3000
+    for name, runner in runners.items():
+        chosen = runner.attention_backends
+        if chosen is None:
+            continue
+        ours = new_spans(runner, start)
+        runner.attention_backends = None
+        try:
+            new_spans(runner, start + 20, 1)  # the other backends' one-time set-up
+            theirs = new_spans(runner, start + 22)
+        finally:
+            runner.attention_backends = chosen
+        start += 40
+        print(f"  {name:5s} {ours * 1e3:6.2f} ms/step (no cuDNN) vs {theirs * 1e3:6.2f} ms/step "
+              "(torch's choice)")
+    print(f"kernels: teacher-forced logits over {len(check_ids)} tokens, {device.type} vs the "
+          "same weights and format on CPU (relative L2 difference, top-1 agreement):")
+    for name, runner in runners.items():
+        rel, top1 = kernel_check(runner, cpu_runners[name], check_ids)
+        print(f"  {name:5s} {rel:.4f}  {100 * top1:5.1f}%")
+    for name, runner in runners.items():
+        lines = int8_kernels(runner)
+        if lines:
+            print(f"int8 projections at one row ({name} weights):")
+            print("  " + "\n  ".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -341,21 +409,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quality-tokens", type=int, default=64)
     parser.add_argument("--profile", action="store_true",
                         help="print torch.profiler's top ops of a batch-1 decode step")
+    parser.add_argument("--device", default="cpu",
+                        help="where our engine (and transformers, in bfloat16 on CUDA) runs: "
+                        "cpu or cuda; cuda adds the roofline, CUDA-graph and kernel figures")
+    parser.add_argument("--random-weights", action="store_true",
+                        help="the model's config with random weights (speed only: no "
+                        "quality, no llama.cpp); --model then needs only config and tokenizer")
     args = parser.parse_args(argv)
 
     import transformers
 
     torch.set_num_threads(args.threads)
-    gguf = args.gguf or packaged_gguf()
+    device = torch.device(args.device)
+    gguf = None if args.random_weights else args.gguf or packaged_gguf()
     model_dir = args.model or default_model(gguf)
-    hf = transformers.AutoModelForCausalLM.from_pretrained(
-        str(model_dir), local_files_only=True, dtype=torch.float32).eval()
-    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+    # A .gguf file as --model: transformers dequantizes it (as `assistant models` does).
+    source = ({"gguf_file": model_dir.name} if model_dir.suffix == ".gguf" else {})
+    model_dir = model_dir.parent if source else model_dir
+    if args.random_weights:
+        hf = random_model(model_dir)
+    else:
+        hf = transformers.AutoModelForCausalLM.from_pretrained(
+            str(model_dir), local_files_only=True, dtype=torch.float32, **source).eval()
+    tokenizer = transformers.AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True,
+                                                           **source)
     template = ChatTemplate(tokenizer)
     eos = (hf.generation_config.eos_token_id,)
     formats = [f.strip() for f in args.formats.split(",") if f.strip()]
-    print(f"model {model_dir.name}; torch {torch.__version__}, {args.threads} threads; "
-          f"formats {', '.join(formats)}")
+    print(f"model {source.get('gguf_file', model_dir.name)}"
+          f"{' (random weights)' if args.random_weights else ''}; torch {torch.__version__}, "
+          f"{args.threads} threads; formats {', '.join(formats)}; on {device}")
 
     modes = [m.strip() for m in args.dense_prefill.split(",") if m.strip()]
     runners: dict[str, PagedRunner] = {}
@@ -365,11 +448,19 @@ def main(argv: list[str] | None = None) -> int:
             start = clock()
             runners[name] = runner_from_hf_model(hf, page_size=args.page_size, num_pages=2048,
                                                  eos_token_ids=eos, weights=fmt_name,
-                                                 dense_prefill=cast(Any, mode))
+                                                 dense_prefill=cast(Any, mode),
+                                                 device=args.device)
             copy = getattr(runners[name].weights.layers[0].qkv, "dense", None)
             kind = ("" if copy is None else " (+ float16 copy for many rows)"
                     if isinstance(copy, Fp16PackedLinear) else " (+ bfloat16 copy for many rows)")
             print(f"  built {name} weights in {clock() - start:.1f} s{kind}")
+    # On a GPU: each format's CPU kernels over the same weights, for the kernel check; then
+    # transformers moves there, in bfloat16 (its usual GPU precision), as the peer.
+    cpu_runners = {name: runner_from_hf_model(hf, page_size=args.page_size, num_pages=64,
+                                              eos_token_ids=eos, weights=name.split()[0])
+                   for name in runners} if device.type == "cuda" else {}
+    if device.type != "cpu" and not args.no_transformers:
+        hf = hf.to(device=device, dtype=torch.bfloat16)
 
     def chat(messages: list[Message], gen: bool = True) -> list[int]:
         return template.render_ids(messages, add_generation_prompt=gen)
@@ -417,7 +508,9 @@ def main(argv: list[str] | None = None) -> int:
         # llama-bench inside every round too: this machine's speed drifts over minutes (a
         # shared host), so each peer's best comes from the same stretches of time.
         llama_rounds.append(llama_figures(args.llama_bench, gguf, args.threads,
-                                          args.decode_tokens, args.depth))
+                                          args.decode_tokens, args.depth)
+                            if device.type == "cpu" else
+                            Figures("llama.cpp", note=f"skipped: the engine runs on {device}"))
 
     table = [Figures(f"ours {name}", decode=best(r["decode"]), prefill=best(r["prefill"]),
                      concurrent=best(r["concurrent"]), ttft=best(r["ttft"], low=True),
@@ -425,7 +518,8 @@ def main(argv: list[str] | None = None) -> int:
              for name, r in rounds.items() if name != "hf"]
     if "hf" in rounds:
         r = rounds["hf"]
-        table.append(Figures("transformers fp32", decode=best(r["decode"]),
+        table.append(Figures(f"transformers {'fp32' if device.type == 'cpu' else 'bf16'}",
+                             decode=best(r["decode"]),
                              prefill=best(r["prefill"]), concurrent=best(r["concurrent"]),
                              ttft=best(r["ttft"], low=True),
                              note="concurrent = sequential generate; TTFT re-reads history"))
@@ -474,7 +568,13 @@ def main(argv: list[str] | None = None) -> int:
         for name, runner in runners.items():
             print(f"  {name}: " + "\n      ".join(ours_profile(runner, long_ids[:300])))
 
-    if not args.no_quality and "fp32" in runners:
+    if device.type == "cuda":
+        device_section(device, runners, cpu_runners, rounds, len(prompt) + args.decode_tokens,
+                       args.depth, long_ids[:256])
+
+    if args.random_weights:
+        print("\nquality: skipped (random weights)")
+    elif not args.no_quality and "fp32" in runners:
         print("\nquality vs ours fp32 (perplexity on engine.quality.fixed_text; greedy "
               f"20 prompts x {args.quality_tokens} tokens, decoded 8 at a time):")
         text = [int(t) for t in tokenizer.encode(fixed_text())]
