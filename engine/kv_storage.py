@@ -171,13 +171,18 @@ class StepKV:
     them all to the storage at once; past that size each layer writes to the storage and
     gathers its own pages. Up to that size a layer's work is its two writes, no gathers and
     no views: besides the projections, small ops and their Python are what batch-1 decode
-    on a CPU spends its time on."""
+    on a CPU spends its time on. `per_layer` forces the last way, whose work depends on
+    the shapes alone, never on values read back to the host (a CUDA graph's step,
+    `engine.graph_decode`)."""
 
     def __init__(self, kv: KVStorage, read_pages: torch.Tensor | int, span: int,
-                 write_slots: torch.Tensor, positions: torch.Tensor) -> None:
+                 write_slots: torch.Tensor, positions: torch.Tensor, *,
+                 per_layer: bool = False) -> None:
         """read_pages: ``[B, P]`` page ids holding positions 0 .. span-1 of each row, or
         for one row the first of consecutive pages that hold them; write_slots and
-        positions: ``[B]`` flat storage slots and positions of the new tokens."""
+        positions: ``[B]`` flat storage slots and positions of the new tokens; per_layer:
+        gather per layer whatever the size (`read_pages` a tensor), and leave noting the
+        written pages (`KVStorage.note_writes`) to the caller."""
         self._kv = kv
         self._span = span
         self._write_slots = write_slots
@@ -190,9 +195,12 @@ class StepKV:
         self._pages: torch.Tensor | None = None
         self._gathered: tuple[torch.Tensor, torch.Tensor] | None = None
         size, layers = kv.page_size, kv.num_layers
-        per_layer = (not isinstance(read_pages, int)
-                     and 2 * layers * read_pages.numel() * kv.page_bytes > kv.mirror_bytes)
-        if kv.mirrored and (isinstance(read_pages, int) or per_layer):
+        forced = per_layer
+        if forced and isinstance(read_pages, int):
+            raise ValueError("per_layer needs the page ids as a tensor")
+        per_layer = forced or (not isinstance(read_pages, int) and 2 * layers
+                               * read_pages.numel() * kv.page_bytes > kv.mirror_bytes)
+        if not forced and kv.mirrored and (isinstance(read_pages, int) or per_layer):
             # Written to the storage, not through the kept copy (`KVStorage.mirror`).
             kv.note_writes(int(p) for p in (write_slots // size).tolist())
         if isinstance(read_pages, int):

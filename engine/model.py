@@ -74,8 +74,8 @@ def prefill(cfg: ModelConfig, w: ModelWeights, kv: KVStorage, token_ids: torch.T
 def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
                      token_ids: torch.Tensor, positions: torch.Tensor,
                      write_slots: torch.Tensor, read_pages: torch.Tensor | int, span: int,
-                     mask: torch.Tensor | None, scripted: ScriptedLayers | None = None
-                     ) -> torch.Tensor:
+                     mask: torch.Tensor | None, scripted: ScriptedLayers | None = None, *,
+                     static: bool = False) -> torch.Tensor:
     """B sequences, one new token each, one batched forward.
 
     token_ids, positions, write_slots: ``[B]``; read_pages: ``[B, P]`` page ids holding
@@ -89,6 +89,9 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
     (RoPE tables, K/V views, see `StepKV`) is set up once per step: at batch 1 the step's
     small ops, not the projections, are what this function can save. `scripted` runs the
     same layer loop in TorchScript where it covers the step (see `engine.scripted_step`).
+    `static`: every layer gathers its pages from `read_pages` (a tensor) and nothing is
+    read back to the host, so the step's work depends on its shapes alone (a CUDA graph's,
+    `engine.graph_decode`; the caller notes the written pages, see `StepKV`).
     """
     batch = token_ids.shape[0]
     dtype = w.dtype
@@ -96,7 +99,7 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
     rotated = heads + kv_heads
     x = w.embed.index_select(0, token_ids).float()  # the float32 residual stream
     cos, sin = w.rope.lookup(positions, span)  # [B, 1, head_dim]
-    step = StepKV(kv, read_pages, span, write_slots, positions)
+    step = StepKV(kv, read_pages, span, write_slots, positions, per_layer=static)
     attn_mask = None if mask is None else _additive(mask[:, None, None, :], dtype)
     eps, scale = w.eps, dim ** -0.5
     views = step.layer_views() if scripted is not None and scripted.covers(batch) else None

@@ -8,6 +8,7 @@ refcounts and hashing belong to the cache side.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,6 +16,7 @@ import torch
 
 from engine import model
 from engine.errors import ContextLimitError, EngineError
+from engine.graph_decode import StaticDecode
 from engine.kv_storage import KVStorage
 from engine.model_config import ModelConfig
 from engine.model_weights import ModelWeights
@@ -23,6 +25,8 @@ from engine.scripted_step import ScriptedLayers
 
 __all__ = ["PagedRunner", "attention_backends_for"]
 
+log = logging.getLogger(__name__)
+
 
 class PagedRunner:
     """Implements `engine.runner.ModelRunner` for Llama-family weights."""
@@ -30,10 +34,12 @@ class PagedRunner:
     def __init__(self, config: ModelConfig, weights: ModelWeights, *, page_size: int,
                  num_pages: int, eos_token_ids: Sequence[int],
                  device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
-                 script_decode: bool = True) -> None:
+                 script_decode: bool = True, cuda_graphs: bool = False) -> None:
         """`script_decode`: run decode steps' layer loop in TorchScript where it applies
         (on CPU: int4 weights, and steps whose projections are fbgemm's float16 GEMMs; see
-        `engine.scripted_step`); False keeps the Python loop."""
+        `engine.scripted_step`); False keeps the Python loop. `cuda_graphs`: on CUDA, run
+        batch-1 decode steps as CUDA graphs (`engine.graph_decode`; off by default until
+        measured on a GPU: its static step is tested on CPU only)."""
         self.config = config
         self.weights = weights
         self.device = torch.device(device)
@@ -49,6 +55,11 @@ class PagedRunner:
         self.kv = KVStorage(num_layers=config.num_layers, num_pages=num_pages,
                             page_size=page_size, num_kv_heads=config.num_kv_heads,
                             head_dim=config.head_dim, dtype=dtype, device=self.device)
+        self.static_decode = StaticDecode(
+            config, weights, self.kv, device=self.device, max_positions=self.max_positions,
+            attention=self.attention, capture=True,
+        ) if cuda_graphs and self.device.type == "cuda" else None
+        """Batch-1 decode steps as CUDA graphs (None: every step eager)."""
 
     @property
     def max_positions(self) -> int:
@@ -138,6 +149,15 @@ class PagedRunner:
         self._check_positions(span)
         pages = self._page_rows([item.page_table for item in items],
                                 [p + 1 for p in pos_list])
+        if self.static_decode is not None and len(items) == 1:
+            token = self._checked_ids([items[0].token_id])[0]
+            try:
+                logits = self.static_decode(token, pos_list[0], pages[0])
+                return logits.to(device="cpu", dtype=torch.float32)
+            except RuntimeError as exc:  # a capture the device refused: eager from now on
+                log.warning("decode: CUDA graphs unavailable (%s); every step runs eagerly",
+                            str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+                self.static_decode = None
         size = self.page_size
         write = [row[p // size] * size + p % size for row, p in zip(pages, pos_list, strict=True)]
         window = self.config.sliding_window
