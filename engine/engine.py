@@ -46,7 +46,8 @@ class Engine:
     def load(cls, model_path: str | Path, *, gguf_file: str | None = None, device: str = "cpu",
              dtype: str = "float32", page_size: int = 16, num_pages: int = 1024,
              max_batch: int = 8, prefill_chunk: int = 512, weights: str | None = None,
-             cache_dir: Path | None = None, dense_prefill: DensePrefill = "auto") -> Engine:
+             cache_dir: Path | None = None, dense_prefill: DensePrefill = "auto",
+             cuda_graphs: bool = False) -> Engine:
         """Load a local transformers model directory (see `engine.loader.load_runner`).
 
         weights: None (dense in `dtype`, as before) or a format ``fp32`` / ``bf16`` /
@@ -54,13 +55,15 @@ class Engine:
         weights are cached (computed on every load when None); dense_prefill: whether
         quantized weights also keep a 16-bit copy for many rows (auto: bfloat16 on CPUs
         with AMX or AVX512-BF16, float16 on AVX2 ones; see
-        `engine.weight_formats.dense_copy_for`)."""
+        `engine.weight_formats.dense_copy_for`); cuda_graphs: on CUDA, batch-1 decode steps
+        as CUDA graphs (`engine.graph_decode`)."""
         from engine.loader import load_runner
 
         runner, tokenizer = load_runner(model_path, gguf_file=gguf_file, device=device,
                                         dtype=dtype, page_size=page_size, num_pages=num_pages,
                                         weights=weights, cache_dir=cache_dir,
-                                        dense_prefill=dense_prefill)
+                                        dense_prefill=dense_prefill,
+                                        cuda_graphs=cuda_graphs)
         tok: Any = tokenizer
         return cls(runner, tok, max_batch=max_batch, prefill_chunk=prefill_chunk)
 

@@ -30,7 +30,7 @@ _END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>")
 def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device: str = "cpu",
                 dtype: str = "float32", page_size: int = 16, num_pages: int = 1024,
                 weights: str | None = None, cache_dir: Path | None = None,
-                dense_prefill: DensePrefill = "auto"
+                dense_prefill: DensePrefill = "auto", cuda_graphs: bool = False
                 ) -> tuple[PagedRunner, PreTrainedTokenizerBase]:
     """Load weights and tokenizer from `model_path` (a directory) and build the runner.
 
@@ -39,7 +39,8 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
     (float32 for fp32, else bfloat16; `dtype` is then ignored). Quantized weights are
     cached in `cache_dir` when given (see `engine.weight_cache`); `dense_prefill` says
     whether they also keep a 16-bit copy for many rows (see
-    `engine.weight_formats.dense_copy_for`)."""
+    `engine.weight_formats.dense_copy_for`); `cuda_graphs`: on CUDA, batch-1 decode steps
+    as CUDA graphs (see `engine.graph_decode`)."""
     import transformers
 
     from engine.model_config import ModelConfig
@@ -83,7 +84,7 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
     runner = runner_from_hf_model(hf_model, device=device, dtype=torch_dtype,
                                   page_size=page_size, num_pages=num_pages, eos_token_ids=eos,
                                   weights=fmt, quantized=quantized,
-                                  dense_prefill=dense_prefill)
+                                  dense_prefill=dense_prefill, cuda_graphs=cuda_graphs)
     del hf_model  # our copies (or shared storage) live on in the runner
     return runner, tokenizer
 
@@ -93,7 +94,8 @@ def runner_from_hf_model(hf_model: Any, *, device: str = "cpu",
                          num_pages: int = 1024, eos_token_ids: Sequence[int] | None = None,
                          weights: str | None = None,
                          quantized: Mapping[str, QuantizedTensors] | None = None,
-                         dense_prefill: DensePrefill = "auto") -> PagedRunner:
+                         dense_prefill: DensePrefill = "auto", cuda_graphs: bool = False
+                         ) -> PagedRunner:
     """A runner using the weights of a loaded transformers ``*ForCausalLM``. `weights` and
     `dense_prefill` as in `load_runner` (a format also sets the compute dtype);
     `quantized`: ready tensors by linear name (from `engine.weight_cache`), else int8/int4
@@ -113,7 +115,8 @@ def runner_from_hf_model(hf_model: Any, *, device: str = "cpu",
     if eos_token_ids is None:
         eos_token_ids = eos_token_ids_for(hf_model, None)
     return PagedRunner(config, built, page_size=page_size, num_pages=num_pages,
-                       eos_token_ids=eos_token_ids, device=device, dtype=torch_dtype)
+                       eos_token_ids=eos_token_ids, device=device, dtype=torch_dtype,
+                       cuda_graphs=cuda_graphs)
 
 
 def eos_token_ids_for(hf_model: Any, tokenizer: Any | None) -> tuple[int, ...]:

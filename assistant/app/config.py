@@ -153,6 +153,10 @@ class EngineConfig(_Section):
     CPUs with AMX or AVX512-BF16 (prefill ~3x faster), a float16 one in fbgemm's layout
     from 4 rows on AVX2 CPUs (and for every call of the output projection); see
     `engine.weight_formats.dense_copy_for`."""
+    cuda_graphs: bool = False
+    """device cuda: batch-1 decode steps as CUDA graphs, one per 256-position span bucket
+    (`engine.graph_decode`). Off until measured on a GPU: a graph of the model's step ran
+    4-5x faster than eager on an H200, but this runner path is tested on CPU only."""
     threads: int = Field(0, ge=0)
     """CPU threads of the local engine's torch ops; 0 = one per core but one (at least
     one): ASR and TTS run beside it, and on 2 cores torch's second thread measured 2x

@@ -141,7 +141,7 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     engine = Engine.load(path, device=e.device, dtype=e.dtype, page_size=e.page_size,
                          num_pages=e.num_pages, max_batch=e.max_batch,
                          prefill_chunk=e.prefill_chunk, weights=e.weights,
-                         dense_prefill=e.dense_prefill,
+                         dense_prefill=e.dense_prefill, cuda_graphs=e.cuda_graphs,
                          cache_dir=cache_dir(cfg) / "weights")
     return LocalBackend(engine), engine.tokenizer, engine
 
