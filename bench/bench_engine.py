@@ -54,6 +54,7 @@ from device_figures import (  # isort: skip (bench/, beside this script)
     copy_bandwidth,
     decode_bytes,
     graph_step,
+    graphs_vs_eager,
     int8_kernels,
     kernel_check,
     new_spans,
@@ -332,7 +333,8 @@ def fmt(value: float | None, spec: str) -> str:
 
 def device_section(device: torch.device, runners: dict[str, PagedRunner],
                    cpu_runners: dict[str, PagedRunner], rounds: dict[str, dict[str, list[float]]],
-                   span: int, depth: int, check_ids: list[int]) -> None:
+                   span: int, depth: int, check_ids: list[int], prompt_ids: list[int]
+                   ) -> None:
     """The GPU figures (see `device_figures`): roofline, CUDA graph, kernels."""
     bandwidth = copy_bandwidth(device)
     print(f"\n{torch.cuda.get_device_name(device)}: device-to-device copy "
@@ -363,6 +365,7 @@ def device_section(device: torch.device, runners: dict[str, PagedRunner],
         chosen = runner.attention_backends
         if chosen is None:
             continue
+        static, runner.static_decode = runner.static_decode, None  # eager steps plan
         ours = new_spans(runner, start)
         runner.attention_backends = None
         try:
@@ -370,9 +373,22 @@ def device_section(device: torch.device, runners: dict[str, PagedRunner],
             theirs = new_spans(runner, start + 22)
         finally:
             runner.attention_backends = chosen
+            runner.static_decode = static
         start += 40
         print(f"  {name:5s} {ours * 1e3:6.2f} ms/step (no cuDNN) vs {theirs * 1e3:6.2f} ms/step "
               "(torch's choice)")
+    print("batch-1 decode steps (runner.decode, greedy, 64 after a 300-token prompt) with "
+          "CUDA graphs vs eager, and a step whose span bucket has no graph yet:")
+    for name, runner in runners.items():
+        compared = graphs_vs_eager(runner, prompt_ids)
+        if compared is None:
+            print(f"  {name:5s} no graphs (the runner fell back to eager steps, see the log)")
+            continue
+        graphs, eager, capture, same = compared
+        assert runner.static_decode is not None
+        print(f"  {name:5s} {graphs:6.1f} vs {eager:6.1f} tok/s ({graphs / eager:4.2f}x), "
+              f"greedy tokens the same {same}/64; first step of a new bucket "
+              f"{capture * 1e3:6.1f} ms; spans captured {len(runner.static_decode.captured)}")
     print(f"kernels: teacher-forced logits over {len(check_ids)} tokens, {device.type} vs the "
           "same weights and format on CPU (relative L2 difference, top-1 agreement):")
     for name, runner in runners.items():
@@ -412,6 +428,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu",
                         help="where our engine (and transformers, in bfloat16 on CUDA) runs: "
                         "cpu or cuda; cuda adds the roofline, CUDA-graph and kernel figures")
+    parser.add_argument("--no-cuda-graphs", action="store_true",
+                        help="cuda: every decode step eager (by default the bench's CUDA "
+                        "runners take engine.cuda_graphs: true, to measure it)")
     parser.add_argument("--random-weights", action="store_true",
                         help="the model's config with random weights (speed only: no "
                         "quality, no llama.cpp); --model then needs only config and tokenizer")
@@ -449,7 +468,8 @@ def main(argv: list[str] | None = None) -> int:
             runners[name] = runner_from_hf_model(hf, page_size=args.page_size, num_pages=2048,
                                                  eos_token_ids=eos, weights=fmt_name,
                                                  dense_prefill=cast(Any, mode),
-                                                 device=args.device)
+                                                 device=args.device,
+                                                 cuda_graphs=not args.no_cuda_graphs)
             copy = getattr(runners[name].weights.layers[0].qkv, "dense", None)
             kind = ("" if copy is None else " (+ float16 copy for many rows)"
                     if isinstance(copy, Fp16PackedLinear) else " (+ bfloat16 copy for many rows)")
@@ -570,7 +590,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if device.type == "cuda":
         device_section(device, runners, cpu_runners, rounds, len(prompt) + args.decode_tokens,
-                       args.depth, long_ids[:256])
+                       args.depth, long_ids[:256], long_ids[:300])
 
     if args.random_weights:
         print("\nquality: skipped (random weights)")

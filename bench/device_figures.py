@@ -171,3 +171,43 @@ def new_spans(runner: PagedRunner, start: int, steps: int = 16) -> float:
     for position in range(start, start + steps):
         runner.decode([DecodeItem(pages, position, 0)])
     return (time.perf_counter() - began) / steps
+
+
+def graphs_vs_eager(runner: PagedRunner, prompt: list[int], steps: int = 64
+                    ) -> tuple[float, float, float, int] | None:
+    """Batch-1 `PagedRunner.decode` tokens/s, greedy, after `prompt` (on the pool's last
+    pages): with the runner's CUDA graphs (`engine.graph_decode`) and with every step
+    eager; the seconds of a step whose span bucket has no graph yet (its capture); and how
+    many of the two runs' greedy tokens agree, position by position. None without
+    graphs."""
+    import time
+
+    static = runner.static_decode
+    if static is None:
+        return None
+    size = runner.page_size
+    far = 5000  # a bucket no other step reaches
+    pages = list(range(runner.num_pages - -(-(far + 1) // size), runner.num_pages))
+
+    def rate(tokens: list[int]) -> float:
+        token = int(runner.prefill(pages, 0, prompt)[-1].argmax())
+        token = int(runner.decode([DecodeItem(pages, len(prompt), token)])[0].argmax())
+        began = time.perf_counter()
+        for position in range(len(prompt) + 1, len(prompt) + 1 + steps):
+            token = int(runner.decode([DecodeItem(pages, position, token)])[0].argmax())
+            tokens.append(token)
+        return steps / (time.perf_counter() - began)
+
+    graph_tokens: list[int] = []
+    eager_tokens: list[int] = []
+    with_graphs = rate(graph_tokens)
+    runner.static_decode = None
+    try:
+        eager = rate(eager_tokens)
+    finally:
+        runner.static_decode = static
+    began = time.perf_counter()
+    runner.decode([DecodeItem(pages, far, 0)])
+    capture = time.perf_counter() - began
+    same = sum(a == b for a, b in zip(graph_tokens, eager_tokens, strict=True))
+    return with_graphs, eager, capture, same
