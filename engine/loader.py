@@ -51,7 +51,7 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
         raise EngineError(f"model directory not found: {path}")
     if gguf_file is not None and not (path / gguf_file).is_file():
         raise EngineError(f"GGUF file not found: {path / gguf_file}")
-    fmt = None if weights is None else resolve_weight_format(weights)
+    fmt = None if weights is None else resolve_weight_format(weights, device)
     torch_dtype = resolve_dtype(dtype) if fmt is None else compute_dtype_for(fmt, device)
     load_dtype = resolve_dtype("float32") if fmt in ("bf16", "int8", "int4") else torch_dtype
     extra: dict[str, Any] = {"local_files_only": True}
@@ -106,7 +106,7 @@ def runner_from_hf_model(hf_model: Any, *, device: str = "cpu",
     from engine.weight_formats import compute_dtype_for, dense_copy_for, resolve_weight_format
 
     config = ModelConfig.from_hf(hf_model.config)
-    fmt = None if weights is None else resolve_weight_format(weights)
+    fmt = None if weights is None else resolve_weight_format(weights, device)
     torch_dtype = resolve_dtype(dtype) if fmt is None else compute_dtype_for(fmt, device)
     state = {name: tensor for name, tensor in hf_model.state_dict().items()}
     built = weights_from_state_dict(config, state, device=device, dtype=torch_dtype, fmt=fmt,

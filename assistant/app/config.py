@@ -144,9 +144,11 @@ class EngineConfig(_Section):
     num_pages: int = Field(2048, gt=0)
     max_batch: int = Field(8, gt=0)
     prefill_chunk: int = Field(512, gt=0)
-    weights: Literal["fp32", "bf16", "int8", "int4"] | None = "int4"
-    """Weight format of the local engine's linears; None = dense in `dtype`. int4 (groups
-    of 32, llama.cpp's Q4_1 layout) computes in bfloat16 whatever `dtype` says."""
+    weights: Literal["auto", "fp32", "bf16", "int8", "int4"] | None = "auto"
+    """Weight format of the local engine's linears; None = dense in `dtype`. auto: bf16 on
+    CPUs running torch's AVX2 kernels, int4 elsewhere (`engine.weight_formats.
+    auto_weight_format`). bf16, int8 and int4 (groups of 32, llama.cpp's Q4_1 layout)
+    compute in bfloat16 whatever `dtype` says."""
     dense_prefill: Literal["auto", "always", "never"] = "auto"
     """int8/int4: also keep a 16-bit copy of each weight for calls of many rows (prefill,
     user turns, batched decode), +2 bytes per weight; auto = a bfloat16 copy from 16 rows on

@@ -126,7 +126,7 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
         remote = connect(vllm_options(cfg), path, progress=progress)
         return remote, remote.tokenizer, None
     from assistant.llm.local import LocalBackend
-    from engine.weight_formats import dense_copy_for
+    from engine.weight_formats import dense_copy_for, resolve_weight_format
 
     if e.device == "cpu":
         import torch
@@ -134,13 +134,16 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
         torch.set_num_threads(engine_threads(e.threads))  # process-wide, at load
 
     copy = dense_copy_for(e.dense_prefill, e.device)
-    if progress is not None and e.weights in ("int8", "int4") and copy is not None:
+    weights = None if e.weights is None else resolve_weight_format(e.weights, e.device)
+    if progress is not None and e.weights == "auto":
+        progress(f"{weights} weights (engine.weights: auto, on this {e.device.upper()})")
+    if progress is not None and weights in ("int8", "int4") and copy is not None:
         kind = "a bfloat16" if copy == "bf16" else "a float16 (fbgemm)"
-        progress(f"{e.weights} weights with {kind} copy for prefill and batches "
+        progress(f"{weights} weights with {kind} copy for prefill and batches "
                  f"(engine.dense_prefill: {e.dense_prefill})")
     engine = Engine.load(path, device=e.device, dtype=e.dtype, page_size=e.page_size,
                          num_pages=e.num_pages, max_batch=e.max_batch,
-                         prefill_chunk=e.prefill_chunk, weights=e.weights,
+                         prefill_chunk=e.prefill_chunk, weights=weights,
                          dense_prefill=e.dense_prefill, cuda_graphs=e.cuda_graphs,
                          cache_dir=cache_dir(cfg) / "weights")
     return LocalBackend(engine), engine.tokenizer, engine

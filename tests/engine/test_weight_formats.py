@@ -206,6 +206,24 @@ def test_cuda_int4_refuses_inputs_no_k_tiles_divide() -> None:
         tinygemm_inner_k_tiles(48)
 
 
+def test_the_auto_format_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """auto: bf16 where int8/int4 would keep fbgemm float16 copies (AVX2 CPUs), where the
+    bf16 format measured as fast and closer to fp32; int4 on other CPUs and on GPUs."""
+    cases = [  # amx, avx512_bf16, torch's CPU capability -> auto
+        (False, False, "AVX2", "bf16" if FBGEMM else "int4"), (False, False, "AVX512", "int4"),
+        (True, False, "AVX512", "int4"), (False, True, "AVX512", "int4"),
+        (False, False, "DEFAULT", "int4")]
+    for amx, avx512_bf16, capability, fmt in cases:
+        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
+        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported",
+                            lambda bf16=avx512_bf16: bf16)
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability",
+                            lambda capability=capability: capability)
+        assert resolve_weight_format("auto") == fmt
+        assert resolve_weight_format("AUTO", "cpu") == fmt
+        assert resolve_weight_format("auto", "cuda") == "int4"
+
+
 def test_format_names_and_dtypes() -> None:
     assert resolve_weight_format("bfloat16") == "bf16"
     assert compute_dtype_for("fp32") == torch.float32
