@@ -23,6 +23,7 @@ the model's config: what a machine that cannot hold the weights measures.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -162,8 +163,6 @@ def new_spans(runner: PagedRunner, start: int, steps: int = 16) -> float:
     """Seconds per batch-1 `PagedRunner.decode` step at spans start+1 .. start+steps, on
     consecutive pages at the end of the pool (read in place). The caller picks a `start`
     no earlier step of this process reached, and separate ranges for each measurement."""
-    import time
-
     size = runner.page_size
     count = -(-(start + steps) // size)
     pages = list(range(runner.num_pages - count, runner.num_pages))
@@ -180,8 +179,6 @@ def graphs_vs_eager(runner: PagedRunner, prompt: list[int], steps: int = 64
     eager; the seconds of a step whose span bucket has no graph yet (its capture); and how
     many of the two runs' greedy tokens agree, position by position. None without
     graphs."""
-    import time
-
     static = runner.static_decode
     if static is None:
         return None

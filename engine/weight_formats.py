@@ -1,11 +1,11 @@
 """Which weight format and which kernels each linear gets, by name and device.
 
-The format names (`resolve_weight_format`; ``auto``: `auto_weight_format`), the compute dtype a format implies
-(`compute_dtype_for`), the row counts where a quantized linear changes kernel
-(`PREFILL_ROWS`, `DENSE_ROWS`, `FP16_ROWS`), and the per-device choices of extra copies: a
-16-bit one for many rows (`dense_copy_for`, `dense_rows_for`) and fbgemm's int8 one for the
-output projection (`vnni_int8_for`). The linears themselves and their quantization are
-`engine.quantize`.
+The format names (`resolve_weight_format`; ``auto``: `auto_weight_format`), the compute
+dtype a format implies (`compute_dtype_for`), the row counts where a quantized linear changes
+kernel (`PREFILL_ROWS`, `DENSE_ROWS`, `FP16_ROWS`), and the per-device choices of extra
+copies: a 16-bit one for many rows (`dense_copy_for`, `dense_rows_for`) and fbgemm's int8
+one for the output projection (`vnni_int8_for`). The linears themselves and their
+quantization are `engine.quantize`.
 """
 
 from __future__ import annotations

@@ -131,17 +131,22 @@ def test_a_float16_output_projection_is_the_copy_alone_and_returns_float32() -> 
         assert float((out - ref).abs().max()) < 1e-3 * float(ref.abs().max())
 
 
+def pretend_cpu(monkeypatch: pytest.MonkeyPatch, amx: bool, avx512_bf16: bool,
+                capability: str) -> None:
+    """Make torch report a CPU with (or without) AMX tiles and AVX512-BF16, running its
+    `capability` kernels."""
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: amx)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: avx512_bf16)
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+
+
 def test_the_copy_kind_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     cases = [  # amx, avx512_bf16, torch's CPU capability -> auto's kind
         (True, False, "AVX512", "bf16"), (False, True, "AVX512", "bf16"),
         (True, True, "AVX512", "bf16"), (False, False, "AVX512", None),
         (False, False, "AVX2", "fp16" if FBGEMM else None), (False, False, "DEFAULT", None)]
     for amx, avx512_bf16, capability, kind in cases:
-        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
-        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported",
-                            lambda bf16=avx512_bf16: bf16)
-        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability",
-                            lambda capability=capability: capability)
+        pretend_cpu(monkeypatch, amx, avx512_bf16, capability)
         assert dense_copy_for("auto", "cpu") == kind
         assert dense_copy_for("always", "cpu") == (kind or "bf16")
         assert dense_copy_for("never", "cpu") is None
@@ -214,11 +219,7 @@ def test_the_auto_format_follows_the_cpu(monkeypatch: pytest.MonkeyPatch) -> Non
         (True, False, "AVX512", "int4"), (False, True, "AVX512", "int4"),
         (False, False, "DEFAULT", "int4")]
     for amx, avx512_bf16, capability, fmt in cases:
-        monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda amx=amx: amx)
-        monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported",
-                            lambda bf16=avx512_bf16: bf16)
-        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability",
-                            lambda capability=capability: capability)
+        pretend_cpu(monkeypatch, amx, avx512_bf16, capability)
         assert resolve_weight_format("auto") == fmt
         assert resolve_weight_format("AUTO", "cpu") == fmt
         assert resolve_weight_format("auto", "cuda") == "int4"
