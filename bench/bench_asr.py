@@ -166,7 +166,6 @@ def run(model_dir: Path, window_s: float, threads: int, data: dict[str, list[npt
             f"{tr.fallbacks}/{decodes}", *per_voice]
 
 
-REAL_BURSTS = REAL + ("No.", "Hold on.", "Hang on a second.", "Actually, tell me about dogs.")
 BURST_CUTS_MS = (250, 400, 600)
 
 
@@ -189,13 +188,13 @@ def bursts(cfg: AppConfig, cuts_ms: tuple[int, ...] = BURST_CUTS_MS) -> list[Bur
     out = []
     for voice in voices:
         for floor in (-65.0, -45.0):
-            for text in BACKCHANNELS + REAL_BURSTS:
+            for text in BACKCHANNELS + REAL:
                 scenario = render_scenario([Say(text, voice=voice)], synth, lead_ms=300, tail_ms=0,
                                            noise_floor_dbfs=floor)
                 start = scenario.placed[0].start_ms * RATE // 1000
                 for cut in cuts_ms:
                     pcm = scenario.pcm[max(0, start - RATE * 3 // 10): start + cut * RATE // 1000]
-                    out.append(Burst(text, text in REAL_BURSTS, cut, pcm))
+                    out.append(Burst(text, text in REAL, cut, pcm))
     return out
 
 

@@ -115,7 +115,8 @@ def run_once(models: LoopModels, cfg: AppConfig, wav: Path
 
 
 BACKCHANNELS = ("Mm-hmm.", "Uh-huh.", "Right.", "Okay, I see.", "Yeah.", "Okay.")
-REAL = ("Stop, please.", "Wait, what about cats?")
+REAL = ("Stop, please.", "Wait, what about cats?", "No.", "Hold on.", "Hang on a second.",
+        "Actually, tell me about dogs.")
 NOISES = (("cough", 250), ("cough", 400), ("click", 150))
 
 
