@@ -23,7 +23,7 @@ from pydantic import (
 )
 
 from assistant.app.errors import ConfigError
-from assistant.turns.interruption import BACKCHANNELS
+from assistant.turns.interruption import BACKCHANNELS, INTERRUPT_WORDS
 
 __all__ = [
     "AppConfig",
@@ -221,6 +221,10 @@ class TurnsConfig(_Section):
     speculate: bool = True
     interruption: Literal["immediate", "tentative"] = "tentative"
     backchannels: list[str] = Field(default_factory=lambda: list(BACKCHANNELS))
+    interrupt_words: list[str] = Field(default_factory=lambda: list(INTERRUPT_WORDS))
+    """Words that ask for the floor ("stop", "wait", "no"): over the reply, trusted at a
+    lower ASR word probability than others (``interrupt_word_min_p``)."""
+    interrupt_word_min_p: float = Field(0.1, ge=0.0, le=1.0)
     max_backchannel_ms: int = Field(1200, gt=0)
     interim_every_ms: int = Field(200, ge=0)
     """Speech over the reply: its words are decoded at its pause and again after each

@@ -268,6 +268,8 @@ def turn_options(cfg: AppConfig) -> TurnOptions:
                        end_of_turn=end_of_turn_options(cfg),
                        interruption=InterruptionOptions(
                            mode=t.interruption, backchannels=tuple(t.backchannels),
+                           interrupt_words=tuple(t.interrupt_words),
+                           interrupt_word_min_p=t.interrupt_word_min_p,
                            max_backchannel_ms=t.max_backchannel_ms,
                            interim_every_ms=t.interim_every_ms,
                            min_words_ms=t.min_words_ms))

@@ -12,7 +12,9 @@ speech lasted, whether it stopped, and what was said -- as a pure function,
 - speech still going after ``max_backchannel_ms`` -> **commit**: a listener's
   acknowledgement is short, a turn is not, whatever the words;
 - speech that stopped and is only backchannels or no words at all (a cough, a click;
-  a few words ASR only guessed at, see :func:`guessed`, count as none) -> **resume**:
+  a few words ASR only guessed at, see :func:`guessed`, count as none; a word that asks
+  for the floor -- "stop", "wait", "no", :data:`INTERRUPT_WORDS` -- is trusted at a lower
+  probability than others) -> **resume**:
   playback continues from the start of the interrupted word, with no new generation
   and no re-synthesis, and the history never shows the pause;
 - otherwise **wait** (the words are not known yet).
@@ -39,6 +41,7 @@ __all__ = [
     "backchannel_only",
     "guessed",
     "BACKCHANNELS",
+    "INTERRUPT_WORDS",
 ]
 
 InterruptionMode = Literal["immediate", "tentative"]
@@ -51,6 +54,18 @@ BACKCHANNELS: tuple[str, ...] = (
 """Phrases a listener says without taking the floor (lower case, no punctuation). Any
 word of only m's and h's ("mmm", "hmm", "mhm", Whisper's spellings of a hum) counts as
 "mm"."""
+
+INTERRUPT_WORDS: tuple[str, ...] = (
+    "stop", "wait", "no", "nope", "nah", "hold", "hang", "actually", "sorry", "excuse",
+    "pardon", "hey", "but", "quiet", "shh",
+)
+"""Words that ask for the floor. Whisper hears them at a quarter of a second of speech
+as often as it hears anything, but unsure of itself: "Stop." at word probability
+0.10-0.42, "Wait." 0.21-0.53, "No." 0.19-0.72 (Piper and espeak-ng, quiet and in room
+noise; ``bench/bench_asr.py --bursts``). One of them is a guess only under
+``interrupt_word_min_p``, lower than other words' ``min_word_p``. None of the same set's
+backchannels came out as one ("Mm-hmm." did as "enough" at 0.07-0.09, so that word is
+not one)."""
 _HUM = re.compile(r"^[mh]+$")
 
 
@@ -75,6 +90,10 @@ class InterruptionOptions:
     audio ("Right" as "Run!") and at hums (Piper's "Mm-hmm" as "in my mom", 0.14 / 0.22
     / 0.53), and a guess must not cut the reply. A guessed interim transcript is passed
     over (more audio comes); a guessed final one counts as a sound."""
+    interrupt_words: tuple[str, ...] = INTERRUPT_WORDS
+    interrupt_word_min_p: float = 0.1
+    """A transcript with one of ``interrupt_words`` is a guess only under this lowest
+    word probability (``min_word_p`` for other words)."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("immediate", "tentative"):
@@ -83,6 +102,8 @@ class InterruptionOptions:
             raise ValueError("max_backchannel_ms and max_words must be positive")
         if self.interim_every_ms < 0 or self.min_words_ms < 0:
             raise ValueError("interim_every_ms and min_words_ms must be >= 0")
+        if not 0.0 <= self.interrupt_word_min_p <= 1.0:
+            raise ValueError("interrupt_word_min_p must be in [0, 1]")
 
 
 @dataclass(frozen=True)
@@ -141,8 +162,15 @@ def guessed(text: str, word_p: float, options: InterruptionOptions) -> bool:
     """Whether ``text`` (lowest word probability ``word_p``) is words ASR only guessed
     at: a few words heard with little confidence. More words than a backchannel has are
     speech, however unclear (quiet "Stop, please. That is enough." through echo
-    cancellation: "stop" 0.16-0.39)."""
-    return word_p < options.min_word_p and len(_words(text)) <= options.max_words
+    cancellation: "stop" 0.16-0.39). With a word that asks for the floor (``"Stop."``)
+    the bar is ``interrupt_word_min_p``."""
+    words = _words(text)
+    if len(words) > options.max_words:
+        return False
+    asks = {w.strip("'-") for w in options.interrupt_words}
+    floor = (options.interrupt_word_min_p if any(w.strip("'-") in asks for w in words)
+             else options.min_word_p)
+    return word_p < floor
 
 
 def decide(facts: InterruptionFacts, options: InterruptionOptions) -> Decision:

@@ -10,6 +10,7 @@ from assistant.turns.interruption import (
     InterruptionOptions,
     backchannel_only,
     decide,
+    guessed,
 )
 
 OPTS = InterruptionOptions()
@@ -83,6 +84,28 @@ def test_speech_in_progress_may_be_the_start_of_a_backchannel_phrase() -> None:
     assert decide(InterruptionFacts(300, True, "Okay, I"), OPTS) is Decision.COMMIT
 
 
+@pytest.mark.parametrize(("text", "word_p", "is_guess"), [
+    # Words that ask for the floor are heard early but unsure (bench_asr --bursts).
+    ("Stop.", 0.28, False),
+    ("wait", 0.21, False),
+    ("No...", 0.19, False),
+    ("Hold.", 0.12, False),
+    ("Okay, but", 0.15, False),
+    ("x.", 0.05, True),
+    ("Stop.", 0.05, True),  # under interrupt_word_min_p: a guess all the same
+    # Other words that unsure are guesses: backchannels, and a hum heard as words.
+    ("Oh.", 0.2, True),
+    ("ok.", 0.27, True),
+    ("enough.", 0.09, True),
+    ("in my mom.", 0.14, True),
+    # More words than a backchannel has are speech however unsure.
+    ("Stop, please. That is enough.", 0.05, False),
+])
+def test_words_that_ask_for_the_floor_are_trusted_at_a_lower_probability(
+        text: str, word_p: float, is_guess: bool) -> None:
+    assert guessed(text, word_p, OPTS) is is_guess
+
+
 def test_custom_word_list_and_limits() -> None:
     opts = InterruptionOptions(backchannels=("jawohl",), max_backchannel_ms=600)
     assert decide(InterruptionFacts(300, True, "Jawohl!"), opts) is Decision.RESUME
@@ -90,3 +113,9 @@ def test_custom_word_list_and_limits() -> None:
     assert decide(InterruptionFacts(600, False, None), opts) is Decision.COMMIT
     with pytest.raises(ValueError, match="immediate or tentative"):
         InterruptionOptions(mode="maybe")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="interrupt_word_min_p"):
+        InterruptionOptions(interrupt_word_min_p=1.5)
+    quiet = InterruptionOptions(interrupt_words=())
+    assert guessed("Stop.", 0.28, quiet)
+    assert decide(InterruptionFacts(250, False, "Stop.", 0.28), quiet) is Decision.WAIT
+    assert decide(InterruptionFacts(250, False, "Stop.", 0.28), OPTS) is Decision.COMMIT

@@ -193,7 +193,7 @@ def test_words_of_short_bursts_interrupt() -> None:
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (ShortPause(2200), [RequestPartial()], S),  # next ask at 220 ms of speech
-        (PartialTranscript(2210, "Stop, pl", word_p=0.1), [], S),  # a guess
+        (PartialTranscript(2210, "Stop, pl", word_p=0.05), [], S),  # a guess
         (VoiceFrame(2300, True, 60), [], S),  # 180
         (VoiceFrame(2360, True, 60), [RequestInterim()], S),  # 240 >= 220
         (InterimTranscript(2450, "Stop, ple"), [BargeIn(1, 2450), sc(2450, S, U)], U),

@@ -113,7 +113,7 @@ def test_the_next_interim_is_asked_for_after_speech_time_not_only_voiced_frames(
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (VoiceFrame(2000, True, 40), [], S),
         (VoiceFrame(2040, True, 40), [PauseReply(1, 2080), RequestInterim()], S),
-        (InterimTranscript(2100, "Wait.", word_p=0.1), [], S),  # a guess
+        (InterimTranscript(2100, "Wait.", word_p=0.05), [], S),  # a guess, even of "wait"
     ]
     run_table([
         *start,
@@ -151,6 +151,25 @@ def test_an_interim_guess_decides_nothing_and_the_final_transcript_decides() -> 
         (InterimTranscript(2100, "Run!", word_p=0.6),
          [BargeIn(1, 2080, paused=True), sc(2100, S, U)], U),
     ], TENTATIVE)
+
+
+def test_a_word_that_asks_for_the_floor_counts_at_a_lower_probability() -> None:
+    # Piper's "Wait, what about cats?" 250 ms in: "Wait." at 0.24. Other words that
+    # unsure are a guess ("Run!" above); "wait" cuts the paused reply at once.
+    run_table([
+        *PAUSED,
+        (InterimTranscript(2100, "Wait.", word_p=0.24),
+         [BargeIn(1, 2080, paused=True), sc(2100, S, U)], U),
+    ], TENTATIVE)
+    run_table([
+        *PAUSED,
+        (InterimTranscript(2100, "Okay.", word_p=0.24), [], S),
+    ], TENTATIVE)
+    # The list and the bar are the config's: without "wait" in it, the same is a guess.
+    strict = TurnOptions(barge_in_min_ms=200, speculate=True,
+                         interruption=InterruptionOptions(mode="tentative", interim_every_ms=0,
+                                                          interrupt_words=("stop",)))
+    run_table([*PAUSED, (InterimTranscript(2100, "Wait.", word_p=0.24), [], S)], strict)
 
 
 def test_a_cough_with_no_words_resumes_after_its_final_transcript() -> None:
