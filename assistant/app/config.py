@@ -224,7 +224,7 @@ class TurnsConfig(_Section):
     interrupt_words: list[str] = Field(default_factory=lambda: list(INTERRUPT_WORDS))
     """Words that ask for the floor ("stop", "wait", "no"): over the reply, trusted at a
     lower ASR word probability than others (``interrupt_word_min_p``)."""
-    interrupt_word_min_p: float = Field(0.1, ge=0.0, le=1.0)
+    interrupt_word_min_p: float = Field(0.15, ge=0.0, le=1.0)
     max_backchannel_ms: int = Field(1200, gt=0)
     interim_every_ms: int = Field(200, ge=0)
     """Speech over the reply: its words are decoded at its pause and again after each

@@ -89,7 +89,7 @@ def test_speech_in_progress_may_be_the_start_of_a_backchannel_phrase() -> None:
     ("Stop.", 0.28, False),
     ("wait", 0.21, False),
     ("No...", 0.19, False),
-    ("Hold.", 0.12, False),
+    ("Hold.", 0.16, False),
     ("Okay, but", 0.15, False),
     ("x.", 0.05, True),
     ("Stop.", 0.05, True),  # under interrupt_word_min_p: a guess all the same
