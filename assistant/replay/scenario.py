@@ -38,6 +38,9 @@ class Say:
     gap_ms: int = 0
     voice: Literal["piper", "espeak"] = "piper"
     peak_dbfs: float = -1.0
+    espeak_voice: str = "en-us+f3"
+    """With ``voice="espeak"``: espeak-ng's voice (``-v``) and words per minute (``-s``)."""
+    espeak_rate: int = 150
 
 
 @dataclass(frozen=True)
@@ -97,17 +100,18 @@ def piper_speech(synth: SpanSynthesizer, text: str) -> npt.NDArray[np.float32]:
     return np.asarray(resample(pcm, chunk.sample_rate, RATE), np.float32)
 
 
-def espeak_speech(text: str) -> npt.NDArray[np.float32]:
-    """``text`` spoken by espeak-ng (a second, very different voice), float32 at 16 kHz."""
+def espeak_speech(text: str, voice: str = "en-us+f3", rate: int = 150) -> npt.NDArray[np.float32]:
+    """``text`` spoken by espeak-ng (a second, very different voice; ``voice`` and
+    ``rate``, words per minute, as its ``-v`` and ``-s``), float32 at 16 kHz."""
     from audio.wav import read_wav
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "say.wav"
-        subprocess.run(["espeak-ng", "-v", "en-us+f3", "-s", "150", "-w", str(path), text],
+        subprocess.run(["espeak-ng", "-v", voice, "-s", str(rate), "-w", str(path), text],
                        check=True, capture_output=True)
-        pcm, rate = read_wav(path)
+        pcm, wav_rate = read_wav(path)
     mono = pcm.mean(axis=1) if pcm.ndim == 2 else pcm
-    return np.asarray(resample(mono.astype(np.float32), rate, RATE), np.float32)
+    return np.asarray(resample(mono.astype(np.float32), wav_rate, RATE), np.float32)
 
 
 def _noise(kind: str, duration_ms: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:
@@ -132,8 +136,9 @@ def render_scenario(parts: Sequence[Say | Noise], synthesizer: SpanSynthesizer, 
     for part in parts:
         start = cursor + RATE * part.gap_ms // 1000
         if isinstance(part, Say):
-            raw = espeak_speech(part.text) if part.voice == "espeak" and espeak_available() \
-                else piper_speech(synthesizer, part.text)
+            raw = (espeak_speech(part.text, part.espeak_voice, part.espeak_rate)
+                   if part.voice == "espeak" and espeak_available()
+                   else piper_speech(synthesizer, part.text))
             pcm = _peak(_trim(raw), part.peak_dbfs)
             kind, text = "say", part.text
         else:
