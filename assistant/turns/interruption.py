@@ -63,12 +63,14 @@ INTERRUPT_WORDS: tuple[str, ...] = (
 as often as it hears anything, but unsure of itself: "Stop." at word probability
 0.10-0.42, "Wait." 0.21-0.53, "No." 0.19-0.72 (Piper and espeak-ng, quiet and in room
 noise; ``bench/bench_asr.py --bursts``). One of them is a guess only under
-``interrupt_word_min_p``, lower than other words' ``min_word_p``. The bar is set from
-1,760 interim decodes of 30 backchannels and real interruptions (Piper at three rates,
-four espeak-ng voices, quiet and in -40 dBFS noise; coughs and clicks) 200-400 ms in:
-at 0.15 the real ones cut at an interim by 300 ms went from 272 to 334 of 660, and no
-backchannel or noise cut that did not before; at 0.10, Piper's "Oh." in noise came out
-"No." at 0.11-0.13. "Mm-hmm." came out "enough" at 0.07-0.09, so that word is not one."""
+``interrupt_word_min_p``, lower than other words' ``min_word_p``. The bar comes from
+``bench/bench_interrupt_words.py``: 1,760 interim decodes of 30 backchannels and real
+interruptions (Piper at three rates, four espeak-ng voices, quiet and in -40 dBFS
+noise; coughs and clicks) 200-400 ms in. At 0.15 the real ones cut at an interim by
+300 ms went from 240 to 289 of 588, and no backchannel or noise cut that did not
+before; at 0.10 (295), in a run with the speech 5 dB quieter, Piper's "Oh." in noise
+came out "No." at 0.11-0.13. "Mm-hmm." came out "enough" at 0.07-0.09, so that word is
+not one."""
 _HUM = re.compile(r"^[mh]+$")
 
 
