@@ -172,7 +172,7 @@ def guessed(text: str, word_p: float, options: InterruptionOptions) -> bool:
     words = _words(text)
     if len(words) > options.max_words:
         return False
-    asks = {w.strip("'-") for w in options.interrupt_words}
+    asks = {w.lower().strip("'-") for w in options.interrupt_words}  # as the config has them
     floor = (options.interrupt_word_min_p if any(w.strip("'-") in asks for w in words)
              else options.min_word_p)
     return word_p < floor

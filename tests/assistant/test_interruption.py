@@ -115,6 +115,7 @@ def test_custom_word_list_and_limits() -> None:
         InterruptionOptions(mode="maybe")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="interrupt_word_min_p"):
         InterruptionOptions(interrupt_word_min_p=1.5)
+    assert not guessed("stop", 0.28, InterruptionOptions(interrupt_words=("Stop",)))
     quiet = InterruptionOptions(interrupt_words=())
     assert guessed("Stop.", 0.28, quiet)
     assert decide(InterruptionFacts(250, False, "Stop.", 0.28), quiet) is Decision.WAIT
