@@ -8,7 +8,13 @@ on the microphone's timeline by :class:`EchoReference`. Then, by ``mode``:
   ``gate_margin_db`` louder than the loudest far-end frame of the last
   ``reference_window_ms`` (the window covers the acoustic path's delay); other frames
   become silence, so neither the VAD nor the ASR hears the echo. A user who talks
-  clearly louder than the playback still gets through (barge-in).
+  clearly louder than the playback still gets through (barge-in). With
+  ``gate_stands_down`` it also listens for the echo itself
+  (:class:`~audio.echo_presence.EchoPresence`): when ~1.5 s of playback bring nothing
+  into the microphone that could be speech and no echo is found in it -- headphones, a
+  speaker too quiet to reach the microphone -- there is nothing to gate, and it stands
+  down (full duplex: the user is heard at any level). The moment an echo is found it
+  gates again, for the rest of the session.
 - ``aec``: acoustic echo cancellation with WebRTC's AEC3 through LiveKit's
   ``rtc.AudioProcessingModule`` (pip ``livekit``; the native library ships in the
   wheel and runs offline). It is fed the reference 10 ms at a time
@@ -30,6 +36,7 @@ import numpy.typing as npt
 
 from audio.chunk import AudioChunk
 from audio.echo_delay import EchoDelay, EchoDelayEstimator
+from audio.echo_presence import EchoPresence
 from audio.echo_reference import EchoReference
 from audio.errors import AudioError, AudioValueError
 
@@ -96,6 +103,9 @@ class EchoOptions:
     aec_align: bool = True
     """``aec``: measure where the echo really is (:mod:`audio.echo_delay`) and, when
     the reported times put it outside what AEC3 can cancel, move the reference."""
+    gate_stands_down: bool = True
+    """``gate``: gate nothing once playback showed no echo in the microphone; gate again
+    from the first echo found on (:mod:`audio.echo_presence`)."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("off", "gate", "aec"):
@@ -228,13 +238,15 @@ class EchoProcessor:
         self._pending = np.zeros(0, np.float32)
         self._pending_start = 0
         self._lead = options.sample_rate * options.aec_lead_ms // 1000
-        self._aligner = (EchoDelayEstimator(self.reference)
-                         if options.mode == "aec" and options.aec_align else None)
+        self._finder = (EchoDelayEstimator(self.reference)
+                        if options.mode == "aec" and options.aec_align else None)
+        self._presence = (EchoPresence(self.reference, self.gate.far_end_dbfs)
+                          if options.mode == "gate" and options.gate_stands_down else None)
         self.echo_delay: EchoDelay | None = None
         """``aec``: the echo's lag after the reference as placed, last measured."""
         self.realigned = 0
         """``aec``: times the reference was moved to where the echo was measured."""
-        self.settled = self._aligner is None
+        self.settled = self._finder is None
         """``aec``: the echo was found (and the reference aligned to it) or, after
         :data:`SETTLE_WINDOWS` windows of playback, none was heard. Until then the
         gate also applies (half duplex), so that a reply whose reference is misplaced
@@ -257,18 +269,30 @@ class EchoProcessor:
         if self.options.mode == "off":
             return chunk
         if self.options.mode == "gate":
-            return self.gate.process(chunk)
+            return self._gate(chunk)
         return self._cancel(chunk)
+
+    def _gate(self, chunk: AudioChunk) -> AudioChunk:
+        if self._presence is not None and self._presence.push(
+                np.asarray(chunk.to_mono().to_float32().pcm, np.float32), chunk.start_sample) is False:
+            return chunk  # no echo to gate (headphones)
+        return self.gate.process(chunk)
+
+    @property
+    def echo_heard(self) -> bool | None:
+        """``gate`` with ``gate_stands_down``: whether the speaker reaches the microphone
+        (:class:`~audio.echo_presence.EchoPresence`; None: not known yet, or not asked)."""
+        return self._presence.heard if self._presence is not None else None
 
     def _cancel(self, chunk: AudioChunk) -> AudioChunk:
         assert self._canceller is not None
         pcm = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)
-        if self._aligner is not None:
-            found = self._aligner.push(pcm, chunk.start_sample)
+        if self._finder is not None:
+            found = self._finder.push(pcm, chunk.start_sample)
             if found is not None:
                 self._realign(found)
             if not self.settled and (found is not None
-                                     or self._aligner.measured >= SETTLE_WINDOWS):
+                                     or self._finder.measured >= SETTLE_WINDOWS):
                 self.settled = True
                 heard = f"echo found at {found.lag_ms:+.0f} ms" if found else "no echo heard"
                 _log.debug("echo: %s during playback; full duplex from now", heard)

@@ -129,6 +129,9 @@ class EchoConfig(_Section):
     """``aec``: measure where the echo really is in the mic and move the speaker's audio
     there when the reported times put it where AEC3 cannot cancel it (half duplex until
     it is found)."""
+    gate_stands_down: bool = True
+    """``gate``: listen for the echo, and gate nothing while ~1.5 s of playback brings
+    none (headphones); gate again, for the session, from the first echo heard."""
 
     @field_validator("mode", mode="before")
     @classmethod

@@ -199,7 +199,8 @@ def echo_options(cfg: AppConfig) -> EchoOptions:
     from audio.echo import EchoOptions
 
     return EchoOptions(mode=cfg.echo.mode, gate_margin_db=cfg.echo.gate_margin_db,
-                       sample_rate=cfg.audio.sample_rate, aec_align=cfg.echo.aec_align)
+                       sample_rate=cfg.audio.sample_rate, aec_align=cfg.echo.aec_align,
+                       gate_stands_down=cfg.echo.gate_stands_down)
 
 
 @dataclass

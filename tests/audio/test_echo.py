@@ -77,6 +77,8 @@ def simulate(
     stall_ms: float = 0.0,
     pause_ms: int = 0,
     stamps: Literal["timeline", "reported"] = "timeline",
+    noise_dbfs: float | None = None,
+    echo_from: int = 0,
 ) -> Run:
     """The assistant's reply plays from ``PLAY_AT`` (with ``pause_ms`` of silence after
     its first half, as between two synthesised clauses); the mic hears it ``delay_ms``
@@ -86,7 +88,8 @@ def simulate(
     heard comes late (its callback waits for the GIL), by up to ``report_late_ms``, and
     ``stall_ms`` more for one in 20 (seeded). ``stamps``: ``timeline`` places the
     buffers on an :class:`OutputTimeline` as :class:`SpeakerSink` does; ``reported``
-    stamps each with its own report."""
+    stamps each with its own report. ``noise_dbfs``: room noise under everything (seeded);
+    ``echo_from``: the mic hears no echo before this sample (headphones unplugged)."""
     clock = VirtualClock(RATE)
     processor = EchoProcessor(options or EchoOptions(mode=mode))  # type: ignore[arg-type]
     rng = np.random.default_rng(7)
@@ -113,6 +116,10 @@ def simulate(
         heard = resample(part, TTS_RATE, RATE).astype(np.float32)
         lo = at + delay_ms * RATE // 1000
         mic[lo : lo + heard.size] += heard[: n - lo] * np.float32(10 ** (echo_gain_db / 20))
+    mic[:echo_from] = 0.0
+    if noise_dbfs is not None:
+        noise = np.random.default_rng(11).standard_normal(n).astype(np.float32)
+        mic += noise * np.float32(10 ** (noise_dbfs / 20))
     if user_at is not None:
         user = scale_to_dbfs(voices.user, user_peak_dbfs)
         mic[user_at : user_at + user.size] += user[: n - user_at]
@@ -156,6 +163,51 @@ def test_gate_lets_a_clearly_louder_user_barge_in(voices: Voices) -> None:
     assert user_at - 1600 <= s[0].start_sample <= user_at + 3200
     assert s[0].detected_sample < user_at + voices.user.size
     assert run.processor.gate.frames_passed_over_echo > 10
+
+
+# -- The gate stands down when the speaker does not reach the microphone ----------------
+
+
+def test_gate_stands_down_on_headphones_and_hears_a_quiet_user(voices: Voices) -> None:
+    # No echo: after ~1.5 s of playback the gate stands down, and a user 10 dB under the
+    # reply (which the gate would drop whole) is heard at once.
+    user_at = PLAY_AT + 2 * RATE
+    run = simulate(voices, "gate", echo_gain_db=-200.0, user_at=user_at, user_peak_dbfs=-30.0,
+                   noise_dbfs=-65.0)
+    assert run.processor.echo_heard is False
+    s = started(run)
+    assert len(s) == 1 and user_at - 1600 <= s[0].start_sample <= user_at + 3200
+    kept = simulate(voices, "gate", echo_gain_db=-200.0, user_at=user_at, user_peak_dbfs=-30.0,
+                    noise_dbfs=-65.0, options=EchoOptions(mode="gate", gate_stands_down=False))
+    assert started(kept) == [] and kept.processor.echo_heard is None
+
+
+@pytest.mark.parametrize(("noise_dbfs", "echo_gain_db"), [(None, -6.0), (-60.0, -12.0), (-45.0, 0.0)])
+def test_gate_stays_on_while_the_echo_is_heard(voices: Voices, noise_dbfs: float | None,
+                                               echo_gain_db: float) -> None:
+    args: dict[str, Any] = {"echo_gain_db": echo_gain_db, "noise_dbfs": noise_dbfs}
+    assert started(simulate(voices, "off", **args)), "the echo must sound like speech"
+    run = simulate(voices, "gate", **args)
+    assert run.processor.echo_heard is True
+    assert started(run) == [] and run.processor.gate.frames_gated > 50
+
+
+def test_gate_does_not_stand_down_while_the_user_talks_over_the_first_reply(voices: Voices) -> None:
+    # Headphones, but the user talks through the first 1.5 s of playback: loud frames
+    # keep the question open (a doubt keeps the gate), and the user, under the reply's
+    # level, is not heard.
+    run = simulate(voices, "gate", echo_gain_db=-200.0, user_at=PLAY_AT + RATE // 5,
+                   user_peak_dbfs=-30.0, seconds=2.2)
+    assert run.processor.echo_heard is None and started(run) == []
+
+
+def test_gate_comes_back_when_an_echo_appears(voices: Voices) -> None:
+    # Headphones unplugged 2 s into the reply (the gate stood down at ~1.5 s): the echo
+    # is found, the gate is on again and the reply does not interrupt itself.
+    assert started(simulate(voices, "off", echo_gain_db=0.0, echo_from=PLAY_AT + 2 * RATE))
+    run = simulate(voices, "gate", echo_gain_db=0.0, echo_from=PLAY_AT + 2 * RATE)
+    assert run.processor.echo_heard is True and started(run) == []
+    assert run.processor.gate.frames_gated > 20
 
 
 def test_gate_is_transparent_when_nothing_is_playing(voices: Voices) -> None:
@@ -358,5 +410,6 @@ def test_aec_without_an_echo_settles_and_hears_a_quiet_user(voices: Voices) -> N
     assert run.processor.echo_delay is None and run.processor.settled
     s = started(run)
     assert len(s) == 1 and user_at - 1600 <= s[0].start_sample <= user_at + 3200
-    gated = simulate(voices, "gate", echo_gain_db=-200.0, user_at=user_at, user_peak_dbfs=-30.0)
+    gated = simulate(voices, "gate", echo_gain_db=-200.0, user_at=user_at, user_peak_dbfs=-30.0,
+                     options=EchoOptions(mode="gate", gate_stands_down=False))
     assert started(gated) == [], "else this proves nothing"
