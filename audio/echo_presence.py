@@ -84,9 +84,12 @@ class EchoPresence:
         found = self._finder.push(pcm, start)
         if found is not None:
             was, self.heard, self.delay = self.heard, True, found
-            _log.info("echo: the speaker is heard in the microphone (%+.0f ms after its "
-                      "reference, strength %.2f); the gate %s", found.lag_ms, found.strength,
-                      "is back on" if was is False else "stays on")
+            # Back on after standing down means the devices changed: worth a line at the
+            # default level; the rest is normal operation, for -v.
+            _log.log(logging.INFO if was is False else logging.DEBUG,
+                     "echo: the speaker is heard in the microphone (%+.0f ms after its "
+                     "reference, strength %.2f); the gate %s", found.lag_ms, found.strength,
+                     "is back on" if was is False else "stays on")
             return True
         if self._remainder.size and self._remainder_start + self._remainder.size == start:
             pcm, start = np.concatenate([self._remainder, pcm]), self._remainder_start
@@ -108,5 +111,5 @@ class EchoPresence:
         if len(self._loud) == self._loud.maxlen and (
                 sum(self._loud) <= opts.max_loud_share * len(self._loud)):
             self.heard = False
-            _log.info("echo: none heard over %.1f s of playback; the gate stands down (full "
-                      "duplex) until one is", opts.settle_ms / 1000)
+            _log.debug("echo: none heard over %.1f s of playback; the gate stands down (full "
+                       "duplex) until one is", opts.settle_ms / 1000)
