@@ -16,7 +16,9 @@ speech lasted, whether it stopped, and what was said -- as a pure function,
   for the floor -- "stop", "wait", "no", :data:`INTERRUPT_WORDS` -- is trusted at a lower
   probability than others) -> **resume**:
   playback continues from the start of the interrupted word, with no new generation
-  and no re-synthesis, and the history never shows the pause;
+  and no re-synthesis, and the history never shows the pause (words decoded while the
+  speech went on count as all of it only if they are whole backchannel phrases: "okay
+  I" of "Okay, I see." waits for the transcript of the pause);
 - otherwise **wait** (the words are not known yet).
 
 Backchannel lists: what listeners say without taking the floor (Ward & Tsukahara,
@@ -123,6 +125,10 @@ class InterruptionFacts:
     """Its transcript so far; None while none has been decoded."""
     word_p: float = 1.0
     """The lowest probability ASR gave a word of ``text``."""
+    text_current: bool = True
+    """``text`` was decoded once the speech had stopped, so it holds all of it. False: it
+    was decoded while the speech went on, and its last words may be the start of a
+    phrase ("Okay, I" of "Okay, I see") even though the speech has stopped since."""
 
 
 class Decision(enum.Enum):
@@ -183,11 +189,12 @@ def decide(facts: InterruptionFacts, options: InterruptionOptions) -> Decision:
     text = facts.text
     if text is not None and guessed(text, facts.word_p, options):
         text = ""  # a sound, not words
-    if text is not None and not backchannel_only(text, options,
-                                                 in_progress=not facts.speech_ended):
+    if text is not None and not backchannel_only(
+            text, options, in_progress=not (facts.speech_ended and facts.text_current)):
         return Decision.COMMIT
     if facts.voiced_ms >= options.max_backchannel_ms:
         return Decision.COMMIT
-    if facts.speech_ended and facts.text is not None:
-        return Decision.RESUME
+    if facts.speech_ended and text is not None and (
+            facts.text_current or backchannel_only(text, options)):
+        return Decision.RESUME  # (words decoded before the end: whole phrases only)
     return Decision.WAIT

@@ -101,6 +101,8 @@ class PausedReply:
     speech_ended: bool = False
     text: str | None = None
     word_p: float = 1.0
+    text_current: bool = False
+    """``text`` was decoded after the speech stopped (see :class:`InterruptionFacts`)."""
     finalized: bool = False
     """The VAD ended the speech and its final transcript is pending."""
     speech_end_ms: int = 0
@@ -110,7 +112,8 @@ class PausedReply:
     """``speech.ms`` at which to ask for the next interim transcript."""
 
     def facts(self) -> InterruptionFacts:
-        return InterruptionFacts(self.voiced_ms, self.speech_ended, self.text, self.word_p)
+        return InterruptionFacts(self.voiced_ms, self.speech_ended, self.text, self.word_p,
+                                 self.text_current)
 
     def words_due(self, every_ms: int) -> bool:
         """Whether to ask for the speech's words now: at the pause and every

@@ -202,7 +202,7 @@ class TurnManager:
 
     def _on_speech_resumed(self, ev: SpeechResumed, out: list[TurnAction]) -> None:
         if self._paused_reply is not None:
-            self._paused_reply.speech_ended = False
+            self._paused_reply.speech_ended = self._paused_reply.text_current = False
         elif self._candidate is not None:
             self._candidate.in_pause = False
             self._candidate.bursts += 1
@@ -330,7 +330,9 @@ class TurnManager:
                 self._check_candidate(ev.t_ms, out)
         paused = self._paused_reply
         if paused is not None and not paused.finalized:
+            # Decoded now, from audio up to now: all of the speech once it has stopped.
             paused.text, paused.word_p = ev.text, ev.word_p
+            paused.text_current = paused.speech_ended
             self._decide_pause(ev.t_ms, out)
 
     def _on_partial(self, ev: PartialTranscript, out: list[TurnAction]) -> None:
@@ -355,7 +357,7 @@ class TurnManager:
     def _on_final(self, ev: FinalTranscript, out: list[TurnAction]) -> None:
         paused = self._paused_reply
         if paused is not None and paused.finalized:
-            paused.text, paused.word_p = ev.text, ev.word_p
+            paused.text, paused.word_p, paused.text_current = ev.text, ev.word_p, True
             if decide(paused.facts(), self.options.interruption) is Decision.RESUME:
                 self._resume(ev.t_ms, out)
                 return

@@ -82,6 +82,12 @@ def test_speech_in_progress_may_be_the_start_of_a_backchannel_phrase() -> None:
     assert not backchannel_only("Okay, I think", OPTS, in_progress=True)
     assert decide(InterruptionFacts(300, False, "Okay, I"), OPTS) is Decision.WAIT
     assert decide(InterruptionFacts(300, True, "Okay, I"), OPTS) is Decision.COMMIT
+    # ... unless that transcript was decoded while the speech went on: its words then may
+    # still be the start of a phrase, and the transcript of the pause decides.
+    assert decide(InterruptionFacts(300, True, "Okay, I", text_current=False), OPTS) is Decision.WAIT
+    assert decide(InterruptionFacts(300, True, "Okay, stop", text_current=False),
+                  OPTS) is Decision.COMMIT
+    assert decide(InterruptionFacts(300, True, "Okay.", text_current=False), OPTS) is Decision.RESUME
 
 
 @pytest.mark.parametrize(("text", "word_p", "is_guess"), [

@@ -76,6 +76,22 @@ def test_words_of_the_decided_speech_arriving_after_the_resume_decide_nothing() 
     ], TENTATIVE)
 
 
+def test_words_decoded_while_the_speech_went_on_wait_for_the_pause_s_transcript() -> None:
+    # Piper's "Okay, I see." in room noise: the last interim it trusted was "okay I."
+    # (the later "Okay, I see." at 0.28 was a guess). At the pause that prefix was taken
+    # for all that was said -- "I" is no backchannel -- and cut the reply; the pause's own
+    # transcript, "Okay, I see." at 0.42, came a moment later. It decides now.
+    run_table([
+        *PAUSED,
+        (InterimTranscript(2150, "okay I.", word_p=0.31), [], S),
+        (InterimTranscript(2250, "Okay, I see.", word_p=0.28), [], S),
+        (ShortPause(2380), [RequestPartial()], S),
+        (PartialTranscript(2380, "Okay, I see.", word_p=0.42),
+         [ResumeReply(1, 2380, "Okay, I see.")], S),
+        (EndOfTurn(2700, speech_end_ms=2180), [DiscardUtterance()], S),
+    ], TENTATIVE)
+
+
 def test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_on() -> None:
     options = TurnOptions(barge_in_min_ms=200, speculate=True,
                           interruption=InterruptionOptions(mode="tentative",
