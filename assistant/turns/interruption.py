@@ -18,7 +18,7 @@ speech lasted, whether it stopped, and what was said -- as a pure function,
   playback continues from the start of the interrupted word, with no new generation
   and no re-synthesis, and the history never shows the pause (words decoded while the
   speech went on count as all of it only if they are whole backchannel phrases: "okay
-  I" of "Okay, I see." waits for the transcript of the pause);
+  I" of "Okay, I see." and no words yet wait for the transcript of the pause);
 - otherwise **wait** (the words are not known yet).
 
 Backchannel lists: what listeners say without taking the floor (Ward & Tsukahara,
@@ -195,6 +195,8 @@ def decide(facts: InterruptionFacts, options: InterruptionOptions) -> Decision:
     if facts.voiced_ms >= options.max_backchannel_ms:
         return Decision.COMMIT
     if facts.speech_ended and text is not None and (
-            facts.text_current or backchannel_only(text, options)):
-        return Decision.RESUME  # (words decoded before the end: whole phrases only)
+            facts.text_current or (text and backchannel_only(text, options))):
+        # Decoded before the speech ended, only whole backchannel phrases: no words then
+        # were none *yet* ("Hold on." in noise: "" 400 ms in, then the pause heard it).
+        return Decision.RESUME
     return Decision.WAIT

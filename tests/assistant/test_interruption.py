@@ -88,6 +88,12 @@ def test_speech_in_progress_may_be_the_start_of_a_backchannel_phrase() -> None:
     assert decide(InterruptionFacts(300, True, "Okay, stop", text_current=False),
                   OPTS) is Decision.COMMIT
     assert decide(InterruptionFacts(300, True, "Okay.", text_current=False), OPTS) is Decision.RESUME
+    # No words yet is not a sound yet ("Hold on." in noise: "" 400 ms in, "Hold on." at
+    # the pause).
+    assert decide(InterruptionFacts(300, True, "", text_current=False), OPTS) is Decision.WAIT
+    assert decide(InterruptionFacts(300, True, "Stop.", 0.1, text_current=False),
+                  OPTS) is Decision.WAIT
+    assert decide(InterruptionFacts(300, True, ""), OPTS) is Decision.RESUME
 
 
 @pytest.mark.parametrize(("text", "word_p", "is_guess"), [

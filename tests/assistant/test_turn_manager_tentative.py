@@ -92,6 +92,19 @@ def test_words_decoded_while_the_speech_went_on_wait_for_the_pause_s_transcript(
     ], TENTATIVE)
 
 
+def test_no_words_yet_is_not_a_sound_until_the_pause_s_transcript_says_so() -> None:
+    # Piper's "Hold on." in room noise: the interims 80 and 280 ms in heard nothing; the
+    # reply resumed at the pause on that, and the pause's "Hold on." came a moment later.
+    run_table([
+        *PAUSED,
+        (InterimTranscript(2100, ""), [], S),
+        (InterimTranscript(2300, ""), [], S),
+        (ShortPause(2500), [RequestPartial()], S),
+        (PartialTranscript(2500, "Hold on.", word_p=0.84),
+         [BargeIn(1, 2080, paused=True), sc(2500, S, U), RequestPartial()], U),
+    ], TENTATIVE)
+
+
 def test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_on() -> None:
     options = TurnOptions(barge_in_min_ms=200, speculate=True,
                           interruption=InterruptionOptions(mode="tentative",
