@@ -336,6 +336,15 @@ class TurnManager:
             self._decide_pause(ev.t_ms, out)
 
     def _on_partial(self, ev: PartialTranscript, out: list[TurnAction]) -> None:
+        paused = self._paused_reply
+        if (paused is not None and paused.speech_ended and not paused.finalized
+                and guessed(ev.text, ev.word_p, self.options.interruption)):
+            # The pause's transcript (asked for at the pause, decoded from all of the
+            # speech) only guessed: no more audio will come to a later interim, so it
+            # counts as a sound, as a guessed final does ("Uh-huh." as "Oh." at 0.2).
+            paused.text, paused.word_p, paused.text_current = ev.text, ev.word_p, True
+            self._decide_pause(ev.t_ms, out)
+            return
         if self.hears_over_reply:
             self._on_interim(InterimTranscript(ev.t_ms, ev.text, ev.word_p), out)
             return
