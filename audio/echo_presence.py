@@ -33,6 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audio.echo_delay import EchoDelay, EchoDelayEstimator, Reference
+from audio.vad import frame_energy_dbfs
 
 __all__ = ["PresenceOptions", "EchoPresence"]
 
@@ -91,6 +92,8 @@ class EchoPresence:
                      "reference, strength %.2f); the gate %s", found.lag_ms, found.strength,
                      "is back on" if was is False else "stays on")
             return True
+        if self.heard is False:
+            return False  # only the correlation search can change the answer now
         if self._remainder.size and self._remainder_start + self._remainder.size == start:
             pcm, start = np.concatenate([self._remainder, pcm]), self._remainder_start
         n = self._frame
@@ -102,7 +105,7 @@ class EchoPresence:
 
     def _frame_step(self, frame: npt.NDArray[np.float32], start: int) -> None:
         opts = self.options
-        level = 10.0 * float(np.log10(float(np.mean(np.square(frame, dtype=np.float64))) + 1e-12))
+        level = frame_energy_dbfs(frame)  # the VAD's measure, as the thresholds are its
         self._levels.append(level)
         if self.heard is not None or self._far_dbfs(start, frame.size) < opts.active_floor_dbfs:
             return
