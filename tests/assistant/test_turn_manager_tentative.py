@@ -109,18 +109,19 @@ def test_a_guess_of_the_pause_s_transcript_is_a_sound() -> None:
     # Piper's "Uh-huh.": nothing heard while it went on, "Oh." at 0.2 at its pause. That
     # transcript had all of the speech: a guess there is a sound, as in a final, and the
     # reply resumes at the pause (not 1.4 s later, at the final).
-    run_table([
+    to_pause: list[Step] = [
         *PAUSED,
         (InterimTranscript(2100, ""), [], S),
         (ShortPause(2400), [RequestPartial()], S),
+    ]
+    run_table([
+        *to_pause,
         (PartialTranscript(2400, "Oh.", word_p=0.2), [ResumeReply(1, 2400, "Oh.")], S),
         (EndOfTurn(2700, speech_end_ms=2200), [DiscardUtterance()], S),
     ], TENTATIVE)
     # A confident "Stop." there cuts, as before.
     run_table([
-        *PAUSED,
-        (InterimTranscript(2100, ""), [], S),
-        (ShortPause(2400), [RequestPartial()], S),
+        *to_pause,
         (PartialTranscript(2400, "Stop.", word_p=0.7),
          [BargeIn(1, 2080, paused=True), sc(2400, S, U), RequestPartial()], U),
     ], TENTATIVE)
