@@ -14,6 +14,7 @@ from typing import Literal
 
 import torch
 
+from engine.cpu_features import cpu_features
 from engine.errors import EngineError
 
 __all__ = [
@@ -125,10 +126,10 @@ def dense_copy_for(mode: DensePrefill, device: torch.device | str = "cpu") -> De
         return None
     auto: DenseCopy | None = None
     if torch.device(device).type == "cpu":
-        if torch.cpu._is_amx_tile_supported() or torch.cpu._is_avx512_bf16_supported():
+        cpu = cpu_features()
+        if cpu.bf16_in_hardware:
             auto = "bf16"
-        elif (torch.backends.cpu.get_cpu_capability() == "AVX2"
-              and "fbgemm" in torch.backends.quantized.supported_engines):
+        elif cpu.capability == "AVX2" and cpu.fbgemm:
             auto = "fp16"
     return auto if auto is not None or mode == "auto" else "bf16"
 
@@ -160,9 +161,10 @@ def vnni_int8_for(name: str, fmt: WeightFormat, device: torch.device | str = "cp
     layers: their inputs have larger outliers, and the int8 format decoding with it lost
     1.4% perplexity (1.0% without) and 3 points of top-1. Without VNNI, fbgemm's uint8 x
     int8 products saturate in 16 bits, so other CPUs keep the bfloat16 kernel."""
-    return (name == "lm_head" and fmt in ("int8", "int4")
-            and torch.device(device).type == "cpu" and torch.cpu._is_vnni_supported()
-            and "fbgemm" in torch.backends.quantized.supported_engines)
+    if name != "lm_head" or fmt not in ("int8", "int4") or torch.device(device).type != "cpu":
+        return False
+    cpu = cpu_features()
+    return cpu.vnni and cpu.fbgemm
 
 
 def format_for_linear(name: str, fmt: WeightFormat) -> WeightFormat:

@@ -126,6 +126,7 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
         remote = connect(vllm_options(cfg), path, progress=progress)
         return remote, remote.tokenizer, None
     from assistant.llm.local import LocalBackend
+    from engine.cpu_features import cpu_features
     from engine.weight_formats import dense_copy_for, resolve_weight_format
 
     if e.device == "cpu":
@@ -136,7 +137,9 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
     copy = dense_copy_for(e.dense_prefill, e.device)
     weights = None if e.weights is None else resolve_weight_format(e.weights, e.device)
     if progress is not None and e.weights == "auto":
-        progress(f"{weights} weights (engine.weights: auto, on this {e.device.upper()})")
+        where = (f"this CPU: {cpu_features().describe()}" if e.device == "cpu"
+                 else f"this {e.device.upper()}")
+        progress(f"{weights} weights (engine.weights: auto, on {where})")
     if progress is not None and weights in ("int8", "int4") and copy is not None:
         kind = "a bfloat16" if copy == "bf16" else "a float16 (fbgemm)"
         progress(f"{weights} weights with {kind} copy for prefill and batches "

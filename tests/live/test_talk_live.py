@@ -35,7 +35,7 @@ LOAD_TIMEOUT_S = 240  # model loading on a busy 2-core machine
 
 _WEIGHTS = re.compile(r"int[48] weights with a (bfloat16|float16 \(fbgemm\)) copy for prefill "
                       r"and batches \(engine\.dense_prefill: \w+\)"
-                      r"|(bf16|int4) weights \(engine\.weights: auto, on this CPU\)")
+                      r"|(bf16|int4) weights \(engine\.weights: auto, on this CPU: [^()]+\)")
 """Said while loading: the format `engine.weights: auto` took, and where a copy is kept
 (`engine.dense_prefill`: bfloat16 on CPUs with AMX or AVX512-BF16, float16 on AVX2 ones)."""
 
