@@ -59,6 +59,7 @@ __all__ = [
     "bf16_linear",
     "bf16_packs_float16",
     "dequantize",
+    "fbgemm_int8",
     "linear_from_quantized",
     "quantize_linear",
 ]
@@ -276,7 +277,7 @@ def tinygemm_inner_k_tiles(in_features: int) -> int:
     raise EngineError(f"int4 on CUDA needs a multiple of 32 inputs, got {in_features}")
 
 
-def _fbgemm_int8(tensors: QuantizedTensors) -> Any:
+def fbgemm_int8(tensors: QuantizedTensors) -> Any:
     """fbgemm's packed form of an int8 weight (``quantized::linear_prepack`` takes a
     per-channel quantized tensor: the same int8 values and scales, zero points 0)."""
     q, scale = tensors["q"].cpu(), tensors["scale"].cpu().double()
@@ -393,7 +394,7 @@ def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, 
         return Int8Linear(tensors["q"].to(device), tensors["scale"].to(device=device,
                                                                        dtype=dtype), bias,
                           dense=copy, dense_rows=dense_rows,
-                          vnni=_fbgemm_int8(tensors) if vnni else None)
+                          vnni=fbgemm_int8(tensors) if vnni else None)
     nibbles, scale, low = tensors["nibbles"], tensors["scale"], tensors["min"]
     out_features, half = nibbles.shape
     in_features = 2 * half

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+from engine.cpu_features import CpuFeatures
 from engine.loader import runner_from_hf_model
 from engine.paged_runner import PagedRunner
 from engine.quantize import Fp16PackedLinear
@@ -100,11 +101,14 @@ def test_the_float16_loop_matches_the_python_loop_bit_for_bit(
     assert runs == [5] * 6 + ([1] * 6 if weights == "bf16" else [])
 
 
-def test_a_batch_takes_the_loop_of_its_projections(tiny_llama: Any) -> None:
-    """This CPU's copy, if any (engine.dense_prefill): bfloat16 copies (AMX, AVX512-BF16)
+def test_a_batch_takes_the_loop_of_its_projections(tiny_llama: Any,
+                                                   each_cpu: CpuFeatures) -> None:
+    """Each CPU's copy, if any (engine.dense_prefill): bfloat16 copies (AMX, AVX512-BF16)
     run in the Python loop, float16 copies (AVX2) in the scripted float16 loop."""
     scripted, _ = runners(tiny_llama, "int4")
     kind = dense_copy_for("auto")
+    assert kind == ("fp16" if each_cpu.capability == "AVX2"
+                    else "bf16" if each_cpu.bf16_in_hardware else None)
     rows = dense_rows_for("layers.0.qkv", kind)
     assert rows == (FP16_ROWS if kind == "fp16" else DENSE_ROWS)
     assert scripted.scripted is not None
@@ -112,12 +116,16 @@ def test_a_batch_takes_the_loop_of_its_projections(tiny_llama: Any) -> None:
     assert scripted.scripted.covers(rows) is (kind == "fp16" and FBGEMM)
 
 
-def test_fp32_and_int8_without_float16_copies_run_the_python_loop(tiny_llama: Any) -> None:
+def test_fp32_and_int8_without_float16_copies_run_the_python_loop(
+        tiny_llama: Any, each_cpu: CpuFeatures) -> None:
     for weights, dense in (("fp32", "auto"), ("int8", "never"), ("int8", "always")):
         runner = runner_from_hf_model(tiny_llama, page_size=4, num_pages=16, weights=weights,
                                       dense_prefill=dense)
-        if dense == "always" and isinstance(
-                getattr(runner.weights.layers[0].qkv, "dense", None), Fp16PackedLinear):
-            continue  # "always" is this CPU's float16 copy: scripted above
+        fp16 = isinstance(getattr(runner.weights.layers[0].qkv, "dense", None),
+                          Fp16PackedLinear)
+        assert fp16 is (dense == "always" and dense_copy_for("always") == "fp16")
+        if fp16:
+            assert runner.scripted is not None  # the float16 loop (tested above)
+            continue
         assert runner.scripted is None
         assert ScriptedLayers.build(runner.weights.layers) is None
