@@ -1,8 +1,10 @@
 # One-command setup from a fresh clone:
 #   make demo   creates .venv if needed and runs the demo on the bundled models
-#   make test   creates .venv if needed, then lint, type-check and the test suite
+#   make test   creates .venv if needed, then lint, type-check, the test suite
 #               (and .venv-vllm, so the vLLM backend is tested against a real server;
-#               `make test VLLM=0` skips it and those tests say they were skipped)
+#               `make test VLLM=0` skips it and those tests say they were skipped) and
+#               the engine's tests on AVX2 kernels (test-cpus)
+#   make test-fast  the hermetic tests alone (no packaged model loaded): the edit loop
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,7 +16,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_VERSION := 0.32.0
 
-.PHONY: venv vllm sysdeps demo test lint typecheck unit bench bench-vllm clean
+.PHONY: venv vllm sysdeps demo test test-fast test-cpus lint typecheck unit bench bench-vllm clean
 
 venv: $(STAMP)
 
@@ -90,7 +92,19 @@ typecheck: venv
 unit: venv sysdeps $(if $(filter 1,$(VLLM)),vllm)
 	$(PY) -m pytest -q
 
-test: lint typecheck unit
+test: lint typecheck unit test-cpus
+
+# The edit-test loop: every test that loads no packaged model (tests/conftest.py fails
+# one that does without the `slow` mark), no vLLM server, no audio server.
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow"
+
+# The engine's hermetic tests with torch's, fbgemm's and oneDNN's kernels limited to AVX2
+# and the CPU queries answering as an AVX2 CPU (tests/cpu_profiles.py), on a machine with
+# more: what an AVX2 machine would run, short of its timing.
+test-cpus: venv
+	ATEN_CPU_CAPABILITY=avx2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2 ONEDNN_MAX_CPU_ISA=AVX2 \
+	  $(PY) -m pytest -q -m "not slow" --cpu avx2 tests/engine
 
 bench: venv
 	$(PY) bench/bench_engine.py
