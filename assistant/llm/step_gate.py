@@ -40,6 +40,7 @@ class StepGate:
         self._cond = threading.Condition()
         self._holds = 0
         self._reasons: set[Hashable] = set()
+        self._waiting = 0
         self.waited_s = 0.0
         """Time the engine spent waiting at the gate, in all."""
 
@@ -47,6 +48,12 @@ class StepGate:
     def held(self) -> bool:
         with self._cond:
             return self._holds > 0
+
+    @property
+    def waiting(self) -> int:
+        """How many threads are blocked in :meth:`wait` now."""
+        with self._cond:
+            return self._waiting
 
     def set_held(self, reason: Hashable, held: bool) -> None:
         """Hold the gate for ``reason`` (any key: the holder itself, say) until called
@@ -87,11 +94,15 @@ class StepGate:
                 return 0.0
             start = time.monotonic()
             deadline = start + self.max_hold_s
-            while self._holds > 0:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                self._cond.wait(left)
+            self._waiting += 1
+            try:
+                while self._holds > 0:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
+            finally:
+                self._waiting -= 1
             waited = time.monotonic() - start
             self.waited_s += waited
             return waited

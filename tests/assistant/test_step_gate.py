@@ -68,7 +68,11 @@ def test_engine_steps_wait_at_a_held_gate_while_commands_still_run() -> None:
         client.start_turn(1, "hello", None)
         box.wait_for(lambda i: isinstance(i, TurnStart))  # a command: not gated
         steps = backend.steps
-        time.sleep(0.1)
+        # The engine thread reaches the gate for its first step and stops there.
+        deadline = time.monotonic() + TIMEOUT
+        while gate.waiting == 0 and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert gate.waiting == 1
         assert backend.steps == steps  # no step while the gate is held
         held.__exit__(None, None, None)
         box.wait_for(lambda i: isinstance(i, ReplyDelta) and i.turn_id == 1 and i.done)

@@ -77,6 +77,9 @@ class FakeBackend:
         self._onset_samples = 0
         self._silent_samples = 0
         self._buffer_samples = 0
+        self.consumed_samples = 0
+        """Samples of pushed audio the fake has taken in (framed or pending)."""
+        self._consumed = asyncio.Event()
         self._next_key = 1
         self._replies: dict[int, _Reply] = {}
         self._task: asyncio.Task[None] | None = None
@@ -172,6 +175,17 @@ class FakeBackend:
             while len(self._pending) >= FRAME:
                 frame, self._pending = self._pending[:FRAME], self._pending[FRAME:]
                 self._frame(frame)
+            self.consumed_samples += len(pcm)
+            self._consumed.set()
+
+    async def wait_consumed(self, samples: int, timeout: float = 5.0) -> None:
+        """Return once `samples` of pushed audio went through (events for them emitted)."""
+        async def until() -> None:
+            while self.consumed_samples < samples:
+                self._consumed.clear()
+                await self._consumed.wait()
+
+        await asyncio.wait_for(until(), timeout)
 
     def _frame(self, frame: npt.NDArray[np.int16]) -> None:
         self._t_samples += FRAME

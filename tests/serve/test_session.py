@@ -228,8 +228,9 @@ def test_manual_turns_with_commit_and_response_create() -> None:
             assert updated.session.audio.input.turn_detection is None
             empty = await h.client(C.InputAudioBufferCommit())
             assert empty is not None and empty.code == "input_audio_buffer_commit_empty"
-            await h.audio(utterance())
-            await asyncio.sleep(0.05)
+            pcm = utterance()
+            await h.audio(pcm)
+            await h.backend.wait_consumed(len(pcm))  # all of it went through: no VAD event
             assert "input_audio_buffer.speech_started" not in h.types()
             assert await h.client(C.InputAudioBufferCommit(event_id="c")) is None
             await h.wait_for("conversation.item.input_audio_transcription.completed")
