@@ -71,9 +71,11 @@ from assistant.turns.events import (
     TextTurn,
     TurnAction,
     TurnInput,
+    TurnRulesChanged,
     VoiceFrame,
 )
-from assistant.turns.turn_manager import TurnManager, TurnOptions
+from assistant.turns.options import TurnOptions
+from assistant.turns.turn_manager import TurnManager
 from audio.chunk import AudioChunk
 from audio.clock import Clock
 from audio.sinks import Sink
@@ -182,8 +184,8 @@ class Pipeline:
         on, VAD options once the utterance in progress ends, turn-taking options now."""
         if dialogue is not None:
             self.dialogue.set_options(dialogue)
-        if turns is not None:
-            self.tm.options = turns
+        if turns is not None and turns != self.tm.options:
+            self._turn_input(TurnRulesChanged(self.now_ms(), turns))
         if vad is not None:
             self._pending_vad = vad
             self._apply_vad()

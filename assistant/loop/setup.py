@@ -23,7 +23,8 @@ from assistant.speech.listener import Listener
 from assistant.speech.voice import ClauseRule
 from assistant.turns.end_of_turn import EndOfTurnOptions
 from assistant.turns.interruption import InterruptionOptions
-from assistant.turns.turn_manager import TurnManager, TurnOptions
+from assistant.turns.options import TurnOptions
+from assistant.turns.turn_manager import TurnManager
 
 if TYPE_CHECKING:
     from assistant.llm.host import EngineHost

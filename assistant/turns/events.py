@@ -33,6 +33,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from assistant.turns.options import TurnOptions
+
 __all__ = [
     "State",
     # inputs
@@ -50,6 +52,7 @@ __all__ = [
     "PlaybackDone",
     "TextTurn",
     "Interrupt",
+    "TurnRulesChanged",
     "TurnInput",
     # actions
     "RequestPartial",
@@ -217,6 +220,14 @@ class Interrupt:
     reason: str = "cancelled"
 
 
+@dataclass(frozen=True)
+class TurnRulesChanged:
+    """The turn-taking rules change from now on (a client's ``session.update``)."""
+
+    t_ms: int
+    options: TurnOptions
+
+
 TurnInput = (
     SpeechStarted
     | VoiceFrame
@@ -232,6 +243,7 @@ TurnInput = (
     | PlaybackDone
     | TextTurn
     | Interrupt
+    | TurnRulesChanged
 )
 
 # --------------------------------------------------------------------------- actions

@@ -44,6 +44,20 @@ class PauseEvidence:
         """The audio model's P(complete) at the current pause (numbered by `_pauses`)."""
         self._pauses = 0
 
+    def set_options(self, end_of_turn: EndOfTurnOptions, *, speculate: bool,
+                    paused: bool, out: list[TurnAction]) -> None:
+        """New rules from now on. `paused`: the user's turn is in a pause, whose end
+        follows the new rule at once: the fixed silence if the rule is no longer semantic
+        (or no longer speculates), else the new rule's silence for what is known of it. A
+        speculation turned off is dropped."""
+        was_semantic = self._options.semantic
+        self._options = end_of_turn
+        self._speculate = speculate
+        if not speculate:
+            self.cancel(out)
+        if paused and (end_of_turn.semantic or was_semantic):
+            self._set_silence(self._score, out)  # (fixed: its own silence)
+
     def enter_pause(self, out: list[TurnAction]) -> None:
         """The user's turn went quiet: ask for its words (to speculate on) and the audio
         model's score; until a score is known the fixed silence holds."""

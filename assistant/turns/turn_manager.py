@@ -44,10 +44,8 @@ Rules
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from assistant.turns.end_of_turn import EndOfTurnOptions
 from assistant.turns.events import (
     AudioCompleteness,
     AudioStarted,
@@ -75,33 +73,20 @@ from assistant.turns.events import (
     TurnAction,
     TurnCompleteness,
     TurnInput,
+    TurnRulesChanged,
     VoiceFrame,
 )
 from assistant.turns.interruption import (
     Decision,
-    InterruptionOptions,
     backchannel_only,
     decide,
     guessed,
 )
+from assistant.turns.options import TurnOptions
 from assistant.turns.overlap import Candidate, PausedReply, Span
 from assistant.turns.pause_evidence import PauseEvidence
 
-__all__ = ["TurnOptions", "TurnManager", "join_text"]
-
-
-@dataclass(frozen=True)
-class TurnOptions:
-    """Turn-taking knobs (mapped from the ``turns`` config section)."""
-
-    barge_in_min_ms: int = 200
-    """Voiced user speech needed, while the assistant holds the floor, to interrupt it."""
-    speculate: bool = True
-    """Start speculative replies at short pauses."""
-    end_of_turn: EndOfTurnOptions = EndOfTurnOptions(mode="fixed")
-    """When silence ends the user's turn (fixed, or semantic: scored by the model)."""
-    interruption: InterruptionOptions = InterruptionOptions(mode="immediate")
-    """Whether speech over the reply cuts it at once or pauses it until it is known."""
+__all__ = ["TurnManager", "join_text"]
 
 
 def join_text(head: str, tail: str) -> str:
@@ -284,6 +269,14 @@ class TurnManager:
             out.append(RequestPartial())
         elif self._state is State.USER_SPEAKING and not self._paused:
             self._enter_pause(out)
+
+    def _on_rules_changed(self, ev: TurnRulesChanged, out: list[TurnAction]) -> None:
+        """New rules from now on; the user's turn in progress follows them too, a pause
+        in progress ending by the new end-of-turn rule at once."""
+        self.options = ev.options
+        self._evidence.set_options(
+            ev.options.end_of_turn, speculate=ev.options.speculate,
+            paused=self._state is State.USER_SPEAKING and self._paused, out=out)
 
     def _enter_pause(self, out: list[TurnAction]) -> None:
         """The user's turn is in a pause: speculate on its words, time its end."""
@@ -533,6 +526,7 @@ _HANDLERS: dict[type, Callable[[TurnManager, Any, list[TurnAction]], None]] = {
     ShortPause: TurnManager._on_short_pause,
     SpeechResumed: TurnManager._on_speech_resumed,
     EndOfTurn: TurnManager._on_end_of_turn,
+    TurnRulesChanged: TurnManager._on_rules_changed,
     PartialTranscript: TurnManager._on_partial,
     InterimTranscript: TurnManager._on_interim,
     FinalTranscript: TurnManager._on_final,

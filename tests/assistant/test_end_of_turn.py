@@ -3,6 +3,7 @@ and the turn manager's use of it (semantic end of turn)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -17,6 +18,7 @@ from assistant.turns.end_of_turn import (
 )
 from assistant.turns.events import (
     AudioCompleteness,
+    CancelSpeculation,
     EndOfTurn,
     PartialTranscript,
     RequestAudioScore,
@@ -27,8 +29,10 @@ from assistant.turns.events import (
     SpeechStarted,
     StartSpeculation,
     TurnCompleteness,
+    TurnRulesChanged,
 )
-from assistant.turns.turn_manager import TurnManager, TurnOptions
+from assistant.turns.options import TurnOptions
+from assistant.turns.turn_manager import TurnManager
 
 SEM = EndOfTurnOptions(mode="semantic", fallback_ms=550, min_silence_ms=250,
                        max_silence_ms=1600, p_complete=0.02, p_incomplete=0.002)
@@ -283,3 +287,41 @@ def test_semantic_vad_eagerness_scales_the_audio_wait() -> None:
     assert waits["low"].audio_wait_ms == 1875
     server = end_of_turn(base, B.TurnDetectionSettings(type="server_vad"))
     assert server.mode == "fixed" and not server.uses_audio
+
+
+def test_new_rules_apply_to_the_pause_in_progress_and_the_pauses_after() -> None:
+    """A client's session.update mid-turn: the turn manager's rule follows at once (its
+    pause evidence kept the first rule before, while only the VAD's limits changed)."""
+    tm = semantic_tm()
+    tm.handle(SpeechStarted(0))
+    tm.handle(ShortPause(1200))
+    tm.handle(PartialTranscript(1210, "what time is it"))
+    assert tm.handle(TurnCompleteness(1230, 1, 0.4)) == [SetEndOfTurnSilence(250, 0.4)]
+    # To the fixed rule, in the pause: its own silence now, whatever was scored.
+    fixed = TurnOptions(end_of_turn=dataclasses.replace(FIXED, fallback_ms=1500))
+    assert tm.handle(TurnRulesChanged(1240, fixed)) == [SetEndOfTurnSilence(1500, 0.4)]
+    assert tm.options == fixed
+    tm.handle(SpeechResumed(1300))
+    assert tm.handle(ShortPause(1900)) == [RequestPartial()]  # no semantic silence
+    tm.handle(SpeechResumed(2000))
+    # To a patient semantic rule: the kept score sets its silence at the next pause.
+    patient = TurnOptions(end_of_turn=dataclasses.replace(
+        SEM, min_silence_ms=EAGERNESS["low"][0], max_silence_ms=EAGERNESS["low"][1]))
+    assert tm.handle(TurnRulesChanged(2010, patient)) == []  # not paused: nothing yet
+    assert tm.handle(ShortPause(2600)) == [RequestPartial(), SetEndOfTurnSilence(550, None)]
+    assert tm.handle(PartialTranscript(2610, "what time is it")) == [
+        SetEndOfTurnSilence(EAGERNESS["low"][0], 0.4)]
+
+
+def test_turning_speculation_off_drops_the_live_speculation() -> None:
+    tm = semantic_tm()
+    tm.handle(SpeechStarted(0))
+    tm.handle(ShortPause(1200))
+    tm.handle(PartialTranscript(1210, "what time is it"))
+    assert tm.speculation_id == 1
+    off = TurnOptions(speculate=False, end_of_turn=FIXED)
+    assert tm.handle(TurnRulesChanged(1240, off)) == [CancelSpeculation(1),
+                                                      SetEndOfTurnSilence(550, None)]
+    assert tm.speculation_id is None
+    tm.handle(SpeechResumed(1300))
+    assert tm.handle(ShortPause(1900)) == []  # nothing to ask for: no speculation

@@ -36,7 +36,8 @@ from assistant.turns.events import (
     VoiceFrame,
 )
 from assistant.turns.interruption import InterruptionOptions
-from assistant.turns.turn_manager import TurnManager, TurnOptions, join_text
+from assistant.turns.options import TurnOptions
+from assistant.turns.turn_manager import TurnManager, join_text
 
 L, U, T, S = State.LISTENING, State.USER_SPEAKING, State.THINKING, State.SPEAKING
 

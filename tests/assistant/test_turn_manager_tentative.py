@@ -34,7 +34,8 @@ from assistant.turns.events import (
     VoiceFrame,
 )
 from assistant.turns.interruption import InterruptionOptions
-from assistant.turns.turn_manager import TurnManager, TurnOptions
+from assistant.turns.options import TurnOptions
+from assistant.turns.turn_manager import TurnManager
 from tests.assistant.test_turn_manager import ASK_AND_SPEAK, S, Step, T, U, run_table, sc
 
 # The decisions, with interim transcripts left to the display partials (see

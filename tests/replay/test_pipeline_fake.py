@@ -25,7 +25,8 @@ from assistant.loop.pipeline import Pipeline, PipelineOptions, PipelineResult
 from assistant.speech.listener import Listener
 from assistant.speech.voice import ClauseRule
 from assistant.turns.interruption import InterruptionOptions
-from assistant.turns.turn_manager import TurnManager, TurnOptions
+from assistant.turns.options import TurnOptions
+from assistant.turns.turn_manager import TurnManager
 from audio.asr import TranscribedWord
 from audio.chunk import AudioChunk
 from audio.clock import VirtualClock

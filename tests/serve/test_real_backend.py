@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from assistant.serve.backend import contract as B
+from assistant.turns.end_of_turn import EAGERNESS
 from tests.serve.support import piper_speech, run
 
 pytestmark = pytest.mark.slow
@@ -181,3 +182,51 @@ def test_text_responses_are_not_spoken_and_audio_comes_in_small_deltas(serve_run
         rt.check_engine()
 
     run(main(), timeout=180)
+
+
+def _audible_ms(pcm: np.ndarray, rate: int = 24000, threshold: int = 300) -> int:
+    """From the first to the end of the last audible 10 ms window of ``pcm``, in ms."""
+    n = rate // 100
+    windows = np.abs(pcm[: pcm.size // n * n].astype(np.int32)).reshape(-1, n).max(axis=1)
+    loud = np.flatnonzero(windows > threshold)
+    return int((loud[-1] + 1 - loud[0]) * 10)
+
+
+def test_session_update_of_turn_detection_changes_the_pause_rule_that_follows(
+        serve_runtime: Any) -> None:
+    """semantic_vad (eager) -> server_vad with a long silence -> semantic_vad (low): each
+    turn ends by the rule in force when it is spoken (the rule used to stay the session's
+    first while only the VAD's limits followed the update)."""
+    rt = serve_runtime
+    eager = B.TurnDetectionSettings(type="semantic_vad", eagerness="high")
+    fixed = B.TurnDetectionSettings(type="server_vad", silence_duration_ms=1500)
+    patient = B.TurnDetectionSettings(type="semantic_vad", eagerness="low")
+    question = piper_speech(rt, "What is the capital of France?")
+    silence = np.zeros(24000 * 4, np.int16)
+
+    async def main() -> None:
+        backend = rt.backend_factory(dataclasses.replace(rt.defaults, turn_detection=eager))
+        seen: list[Any] = []
+        gaps: list[int] = []  # from the end of the question to the end of the turn
+        try:
+            for td in (eager, fixed, patient):
+                backend.configure(dataclasses.replace(rt.defaults, turn_detection=td))
+                await _speak(backend, np.concatenate([question, silence]))
+                started = await _until(backend, seen,
+                                       lambda e: isinstance(e, B.SpeechStarted))
+                stopped = await _until(backend, seen,
+                                       lambda e: isinstance(e, B.SpeechStopped))
+                turn_ms = stopped.audio_end_ms - started.audio_start_ms
+                gaps.append(turn_ms - td.prefix_padding_ms - _audible_ms(question))
+                await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished))
+                seen.clear()
+            eager_gap, fixed_gap, patient_gap = gaps
+            high, low = EAGERNESS["high"], EAGERNESS["low"]
+            assert eager_gap <= high[1] + 100, gaps  # at most the eager rule's longest
+            assert fixed_gap >= 1500 - 100, gaps  # the fixed silence, whatever was scored
+            assert patient_gap >= low[0] - 50, gaps  # at least the patient rule's shortest
+        finally:
+            await backend.aclose()
+        rt.check_engine()
+
+    run(main(), timeout=240)

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from assistant.dialogue.dialogue import DialogueOptions
     from assistant.loop.pipeline import Pipeline
     from assistant.serve.runtime import ServeRuntime
-    from assistant.turns.turn_manager import TurnOptions
+    from assistant.turns.options import TurnOptions
 
 __all__ = ["PipelineBackend"]
 

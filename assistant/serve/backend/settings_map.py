@@ -16,7 +16,7 @@ from assistant.turns.interruption import InterruptionOptions
 if TYPE_CHECKING:
     from assistant.dialogue.types import DialogueOptions
     from assistant.turns.end_of_turn import EndOfTurnOptions
-    from assistant.turns.turn_manager import TurnOptions
+    from assistant.turns.options import TurnOptions
 
 __all__ = ["vad_options", "dialogue_options", "turn_options", "end_of_turn"]
 
