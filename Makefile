@@ -16,7 +16,7 @@ VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_VERSION := 0.32.0
 
-.PHONY: venv vllm sysdeps demo test test-fast test-cpus lint typecheck unit bench bench-vllm clean
+.PHONY: venv vllm sysdeps demo test test-fast test-cpus lint typecheck unit docs bench bench-vllm clean
 
 venv: $(STAMP)
 
@@ -82,6 +82,10 @@ sysdeps:
 # prints the conversation and its metrics, and writes demo_out/heard.wav.
 demo: venv sysdeps
 	$(PY) -m assistant.app.demo
+
+# docs/configuration.md, written from the typed config schema (a test checks it is current).
+docs: venv
+	$(PY) -m assistant.app.config_reference docs/configuration.md
 
 lint: venv
 	$(VENV)/bin/ruff check .
