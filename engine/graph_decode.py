@@ -1,9 +1,8 @@
 """`StaticDecode`: batch-1 decode steps with static shapes, replayed as CUDA graphs.
 
-On a GPU a small model's decode step is bound by launching its ops, not by memory: for
-SmolLM2-135M on an H200 the eager step took 8-11 ms of host time for ~700 kernels, and the
-same step captured once and replayed as a CUDA graph 1.9-2.7 ms (`bench/bench_engine.py
---device cuda`). A graph replays fixed kernels on fixed buffers, so the step's shapes and
+On a GPU a small model's decode step is bound by launching its ops (~700 kernels for
+SmolLM2-135M), not by memory; the same step captured once and replayed as a CUDA graph
+launches them all at once (`bench/bench_engine.py --device cuda` measures both). A graph replays fixed kernels on fixed buffers, so the step's shapes and
 addresses must not change from one token to the next; the eager step's do (its span grows
 every token, and reading consecutive pages in place or through the kept gathered copy
 depends on the page ids). Here, after vLLM's and gpt-fast's CUDA-graph decode:

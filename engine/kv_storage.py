@@ -29,14 +29,11 @@ copy for the next step (`StepKV`, `KVStorage.mirror`); a larger one gathers per 
 MIRROR_SHARE = 4
 """`KVStorage.mirror_bytes` is the storage's bytes over this (at least `GATHER_ALL_BYTES`).
 A conversation's history is a cached prefix with the turn's new pages after it, so it is
-rarely one run of pages; past the mirror's size every decode step gathered every layer's
-pages again. Measured on a 2-core AVX2 EPYC (SmolLM2-135M, int4, bfloat16 K/V, the
-default 2,048 pages of 16, `bench/bench_engine.py --depth`): batch-1 decode after a
-2,000-token history 22.7-26.9 tok/s with a 32 MB limit, 33.9-37.7 with this one (4,000
-tokens: 16.7-18.4 vs 23.9-25.1). A quarter of the pool (~190 MB by default) holds the
-model's whole context (8,192 positions, ~190 MB) for one sequence, or eight of 1,000
-tokens; the copy is kept between steps, so that much more memory stays in use after a long
-conversation."""
+rarely one run of pages; past the mirror's size every decode step would gather every
+layer's pages again, which dominates decode after a long history (`bench/bench_engine.py
+--depth`). A quarter of the pool holds the model's whole context for one sequence, or
+eight of an eighth of it; the copy is kept between steps, so that much more memory stays
+in use after a long conversation."""
 
 
 class KVStorage:

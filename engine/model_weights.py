@@ -71,8 +71,7 @@ class ModelWeights:
         """The dtype of a forward's activations over `rows` rows: float32 where every
         projection takes and returns float32 there (`float32_from`), the compute dtype
         otherwise. K/V and attention stay in the compute dtype. Rounding to bfloat16
-        between float32 GEMMs only added conversions: ~12 per layer, ~6% of an 8-row
-        decode step on the AVX2 EPYC (54.0 -> 50.6 ms, median of 6 alternating rounds)."""
+        between float32 GEMMs would only add conversions (~12 per layer)."""
         if self.float32_from is not None and rows >= self.float32_from:
             return torch.float32
         return self.dtype

@@ -232,11 +232,9 @@ def attention_backends_for(device: torch.device) -> list[Any] | None:
     """The SDPA backends the engine's attention uses on `device`; None leaves torch's own
     choice (CPU). On CUDA every backend but cuDNN's: torch picks cuDNN attention first for
     bfloat16 on Hopper, and it builds an execution plan for each new key length, which a
-    decode step always is (one position longer than the last). Measured on an H200
-    (torch 2.11, SmolLM2-135M int4, batch-1 decode at spans 301-308 seen for the first
-    time: 35.9 ms of cuDNN attention per step, 0.6 ms once those spans were seen; a reply
-    decoded at ~20 tok/s instead of ~110). Flash and memory-efficient attention need no
-    per-shape plan."""
+    decode step always is (one position longer than the last), so every step paid for a
+    new plan and a reply decoded several times slower. Flash and memory-efficient
+    attention need no per-shape plan."""
     if device.type != "cuda":
         return None
     from torch.nn.attention import SDPBackend

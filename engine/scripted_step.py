@@ -2,20 +2,16 @@
 
 At batch 1 a decode step on a CPU is mostly small calls: ~1,000 torch calls from Python per
 step (norms, RoPE, K/V writes, attention, residual adds) around 121 int4 projections.
-Measured on a 2-core EPYC (SmolLM2-135M, int4, one process, rounds alternating), the same
-loop run by TorchScript's interpreter instead of Python takes a step from 6.54 to 5.62 ms
-at batch 1 and from 15.7 to 15.0 ms at batch 8, with bitwise-identical logits: the same
-aten kernels in the same order, without Python between them. Scripting takes ~12 ms
-once.
+The same loop run by TorchScript's interpreter instead of Python is faster with
+bitwise-identical logits: the same aten kernels in the same order, without Python
+between them. Scripting takes a few milliseconds once.
 
 Steps of as many rows as take the projections' float16 copies (AVX2 CPUs, see
 `engine.weight_formats.dense_copy_for`), and every step of the ``bf16`` format (its
 projections are those GEMMs), run a second scripted loop over fbgemm's packed float16
 weights, float32 activations around the compute-dtype K/V as in the Python loop
-(`engine.model_weights.ModelWeights.activation_dtype`). On the AVX2 EPYC an 8-row step took
-51.4 -> 39.5 ms (median of 6 alternating rounds, bitwise-identical logits): each Python
-call of an fbgemm op goes through torch's Python op dispatch, and the 2-core host is slow
-at Python.
+(`engine.model_weights.ModelWeights.activation_dtype`): each Python call of an fbgemm op
+goes through torch's Python op dispatch, which a small CPU pays for on every projection.
 
 `torch.jit.script` is deprecated upstream in favour of `torch.compile`, which compiled
 this step for ~2 minutes and ran it slower here; torch is pinned (2.13), and the engine

@@ -38,23 +38,18 @@ WeightFormat = Literal["fp32", "bf16", "int8", "int4"]
 WEIGHT_FORMATS: tuple[WeightFormat, ...] = ("fp32", "bf16", "int8", "int4")
 PREFILL_ROWS = 256
 """From this many rows on, quantized linears on CPU without a dense copy dequantize and use
-the float32 GEMM. The int8/int4 kernels' cost grows with the rows (measured on 2 AVX2
-cores: at 44 rows, a user turn, they are 3-5x faster than dequantizing; even at 256)."""
+the float32 GEMM: the int8/int4 kernels' cost grows with the rows, but below this they
+stay faster than dequantizing (a user turn is tens of rows)."""
 DENSE_ROWS = 16
-"""From this many rows on, quantized linears with a dense bfloat16 copy use it. Measured on
-2 AMX cores with SmolLM2-135M: the int4 kernel's cost grows ~linearly with the rows (the
-MLP's 1536x576: 0.05 ms at 1 row, 0.37 at 16, 8.9 at 512), the AMX GEMM's hardly (1.3 ms
-at 512) but it streams 4x the bytes, so below ~16 rows, with the model's weights out of
-cache, it is no faster (8 concurrent decode: 111 vs 112 tok/s at 8 rows)."""
+"""From this many rows on, quantized linears with a dense bfloat16 copy use it: the int4
+kernel's cost grows ~linearly with the rows, the AMX GEMM's hardly, but it streams 4x the
+bytes, so below ~16 rows, with the weights out of cache, it is no faster."""
 FP16_ROWS = 2
 """From this many rows on, quantized linears with a float16 copy (AVX2 CPUs, see
-`dense_copy_for`) use it. Measured on a 2-core AMD EPYC with AVX2 and no AVX-512, all 30
-layers of SmolLM2-135M (cold in cache): the int4 kernel took 11.1 ms at 1 row, 22.9 at 4,
-37.9 at 8 and 219 at 44 (2 threads); fbgemm's float16 GEMM 13.5, 16.0, 25.3 and 89.4 ms.
-Whole decode steps, both loops in TorchScript (`engine.scripted_step`), median of 5
-alternating rounds: 2 rows 21.0 -> 18.7 ms and 3 rows 25.3 -> 22.8 with the copy from 2
-rows instead of 4 (another run: 25.2 -> 20.2, 26.5 -> 23.3); at 1 row the int4 loop and
-the float16 loop tie (19.9 vs 20.1 ms), and the int4 weights read a quarter of the bytes."""
+`dense_copy_for`) use it: on AVX2 the int4 kernel is compute-bound and its cost grows
+with the rows, while fbgemm's float16 GEMM streams 16-bit weights at float32 speed, so
+from two rows the copy wins; at one row they tie and the int4 weights read a quarter of
+the bytes (`bench/bench_engine.py`)."""
 DensePrefill = Literal["auto", "always", "never"]
 """Whether int8/int4 linears keep a 16-bit copy for many rows (see `dense_copy_for`):
 auto = where one is measured faster; always; never."""
@@ -84,18 +79,11 @@ def resolve_weight_format(name: str, device: torch.device | str = "cpu") -> Weig
 def auto_weight_format(device: torch.device | str = "cpu") -> WeightFormat:
     """The default format on `device`: ``bf16`` on CPUs where torch runs its AVX2 kernels
     (no AVX-512) and fbgemm is built in, the CPUs where int8/int4 keep a float16 copy
-    (`dense_copy_for`); ``int4`` elsewhere (AVX-512 CPUs, where it decoded 1.7-2.3x faster
-    than fp32, and GPUs).
+    (`dense_copy_for`); ``int4`` elsewhere (AVX-512 CPUs and GPUs).
 
-    On the AVX2 EPYC the ``bf16`` format's fbgemm float16 GEMM is as fast as the int4
-    kernel and better in every other way (`bench/bench_engine.py --formats int4,bf16
-    --no-transformers --repeat 3`, SmolLM2-135M, one run per thread count): decode 61.6 vs
-    63.7 tok/s on 2 threads and 41.9 vs 39.0 on 1 (the loop's setting on 2 cores), after a
-    2,000-token history 40.5 vs 40.9 and 28.0 vs 26.0, 8 concurrent 212.5 vs 188.1 and
-    131.0 vs 130.1; perplexity -0.10% vs +0.08% against fp32, 16/20 vs 10/20 greedy
-    continuations identical to fp32's, teacher-forced top-1 99.2% vs 97.7%; 269 vs 335 MB
-    of linears (int4 keeps its float16 copies too); `Engine.load` 3.5 s vs 4.8 s (13.3 s the
-    first time, quantizing)."""
+    Why: on AVX2 CPUs the ``bf16`` format's fbgemm float16 GEMM decodes as fast as the int4
+    kernel, and is closer to fp32, smaller (int4 keeps float16 copies there too) and
+    quicker to load (`bench/bench_engine.py --formats int4,bf16`)."""
     return "bf16" if dense_copy_for("auto", device) == "fp16" else "int4"
 
 
@@ -105,9 +93,7 @@ def compute_dtype_for(fmt: WeightFormat, device: torch.device | str = "cpu") -> 
     format on CPU multiplies in fbgemm's float16 GEMM with float32 activations between its
     projections (`engine.model_weights.ModelWeights.activation_dtype`), and keeps its K/V in
     bfloat16 like the quantized formats: half the pool's bytes of float32 K/V, at the same
-    speed (`bench/bench_engine.py --formats bf16` on the AVX2 EPYC, two runs each: decode
-    51.8/54.5 vs 52.2/51.2 tok/s, 8 concurrent 154.6/170.0 vs 166.2/157.5, decode @ 2,000
-    30.2/29.0 vs 30.3/32.8) and perplexity -0.10% against fp32 (was -0.06%)."""
+    speed and quality (`bench/bench_engine.py --formats bf16`)."""
     if fmt == "fp32":
         return torch.float32
     return torch.bfloat16
@@ -116,7 +102,7 @@ def compute_dtype_for(fmt: WeightFormat, device: torch.device | str = "cpu") -> 
 def dense_copy_for(mode: DensePrefill, device: torch.device | str = "cpu") -> DenseCopy | None:
     """Which 16-bit copy quantized linears on `device` keep under `mode`, if any. auto:
     ``bf16`` on CPUs that multiply bfloat16 in hardware, with AMX tiles or AVX512-BF16
-    (measured on both: prefill 512 ~2.8x faster); ``fp16`` on CPUs where torch runs its
+    (prefill several times faster); ``fp16`` on CPUs where torch runs its
     AVX2 kernels (no AVX-512) and fbgemm is built in: there torch's bfloat16 GEMM is slower
     than float32 and its int4 kernel, compute-bound, grows ~linearly with the rows, while
     fbgemm's float16 GEMM streams 16-bit weights at float32 speed (`FP16_ROWS`); none
@@ -137,8 +123,7 @@ def dense_copy_for(mode: DensePrefill, device: torch.device | str = "cpu") -> De
 def dense_rows_for(name: str, kind: DenseCopy | None) -> int:
     """From how many rows projection `name` uses its copy of `kind`: `DENSE_ROWS` for
     bfloat16 (and without a copy); `FP16_ROWS` for float16, and every call for the output
-    projection (``lm_head``), whose float16 GEMM beats the int8 kernel from one row on (SmolLM2's
-    49,152 x 576 on the AVX2 EPYC: 2.0 vs 3.3 ms at one row, 5.7 vs 10.2 at eight) and
+    projection (``lm_head``), whose float16 GEMM beats the int8 kernel from one row on and
     reads float32 activations, so the int8 weight is not kept."""
     if kind != "fp16":
         return DENSE_ROWS
@@ -153,14 +138,11 @@ def vnni_int8_for(name: str, fmt: WeightFormat, device: torch.device | str = "cp
     ``quantized::linear_dynamic`` quantizes each call's activations to uint8 (one scale per
     call) and multiplies with VNNI int8 dot products, as llama.cpp's Q8_0 matmul does
     (activations in blocks of 32 there); ``_weight_int8pack_mm`` converts every weight to
-    float and is compute-bound. Measured on a 2-core EPYC for SmolLM2's 49,152 x 576
-    ``lm_head`` (two copies alternating, more than the L3 holds): one row 0.39 vs 0.93 ms,
-    eight rows 0.67 vs 1.94 ms; with the cache flushed, one row is memory-bound and they
-    tie. Against float32 logits over 3,000 positions of `engine.quality.fixed_text`: top-1
-    98.2% (98.6% for the bfloat16 kernel), perplexity +0.18% (+0.27%). Not for the other
-    layers: their inputs have larger outliers, and the int8 format decoding with it lost
-    1.4% perplexity (1.0% without) and 3 points of top-1. Without VNNI, fbgemm's uint8 x
-    int8 products saturate in 16 bits, so other CPUs keep the bfloat16 kernel."""
+    float and is compute-bound, so the VNNI copy is ~2x faster once the weight is in cache,
+    at the bfloat16 kernel's quality for the output projection. Not for the other layers:
+    their inputs have larger outliers, and int8 activations cost them measurable perplexity
+    and top-1. Without VNNI, fbgemm's uint8 x int8 products saturate in 16 bits, so other
+    CPUs keep the bfloat16 kernel."""
     if name != "lm_head" or fmt not in ("int8", "int4") or torch.device(device).type != "cpu":
         return False
     cpu = cpu_features()
@@ -170,6 +152,6 @@ def vnni_int8_for(name: str, fmt: WeightFormat, device: torch.device | str = "cp
 def format_for_linear(name: str, fmt: WeightFormat) -> WeightFormat:
     """The format one projection gets under model format `fmt`: int4 keeps the output
     projection (``lm_head``, often the tied embedding table) in int8, as llama.cpp's Q4
-    types keep ``output.weight`` at higher precision; in int4 it costs ~3% perplexity on
-    SmolLM2 for ~1 ms per token."""
+    types keep ``output.weight`` at higher precision (in int4 it costs several percent of
+    perplexity on a small model for little speed)."""
     return "int8" if fmt == "int4" and name == "lm_head" else fmt

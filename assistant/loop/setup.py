@@ -158,9 +158,8 @@ def engine_threads(setting: int, cores: int | None = None) -> int:
     machine's ``cores`` but one, at least one).
 
     Why not every core: the loop decodes beside faster-whisper (CTranslate2, its own
-    OpenMP runtime) and Piper. Measured on a 2-core EPYC in the real-time replay of
-    ``tests/data/demo_conversation.wav``: a batch-1 decode step 20.3 ms p50 with torch on
-    two threads, 10.6 ms on one (7 ms alone, outside the loop, on two)."""
+    OpenMP runtime) and Piper; a torch thread contending with them for the last core slows
+    each decode step down (`bench/bench_loop.py`'s waterfall shows the step time)."""
     if setting > 0:
         return setting
     cores = cores if cores is not None else (os.cpu_count() or 1)
