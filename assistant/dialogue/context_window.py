@@ -10,6 +10,10 @@ between turns (or at the next turn start); if the history moved on meanwhile, on
 difference is computed then. Only when a turn would pass the limit before the window
 is ready is the rest computed at once.
 
+A new system prompt (a client's changed instructions) takes the same path: the context
+with the new prompt is recomputed in the background and swapped in between turns, or at
+the next turn's start at the latest, computing then whatever is left.
+
 :class:`ContextWindow` holds that one planned window; the dialogue decides when to
 plan, adopt or drop it. Runs on the engine thread against the LLM backend protocol.
 """
@@ -27,7 +31,7 @@ from engine.events import FinishReason
 from engine.params import Priority, SamplingParams
 
 if TYPE_CHECKING:
-    from assistant.dialogue.conversation import Conversation
+    from assistant.dialogue.conversation import Conversation, Turn
     from assistant.llm.protocol import LLMBackend, LLMJob, LLMSequence
 
 __all__ = ["ContextWindow", "Adopted"]
@@ -42,6 +46,8 @@ class _Plan:
     ids: tuple[int, ...]
     seq: LLMSequence
     job: LLMJob | None
+    system: Turn | None = None
+    """The new system prompt the window holds, if it brings one."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,8 @@ class ContextWindow:
         """The fixed limits (the model's positions, a configured maximum); 0/None: none."""
         self.limit: int | None = min(self._limits) if self._limits else None
         self._plan: _Plan | None = None
+        self._system: Turn | None = None
+        """A new system prompt waiting to be swapped in (kept when a plan is dropped)."""
 
     def set_budget(self, tokens: int | None, headroom: int) -> None:
         """A cache share (tokens) on top of the fixed limits, never below the system
@@ -92,6 +100,11 @@ class ContextWindow:
         """The background recompute finished (the window can be swapped in for free)."""
         return self._plan is not None and (self._plan.job is None or self._plan.job.done)
 
+    @property
+    def system_pending(self) -> bool:
+        """A new system prompt waits to be swapped in (:meth:`change_system`)."""
+        return self._system is not None
+
     def fits(self, tokens: int) -> bool:
         return self.limit is None or tokens <= self.limit
 
@@ -105,13 +118,24 @@ class ContextWindow:
 
     # ------------------------------------------------------------------ changes
 
+    def change_system(self, system: Turn, live_tokens: int, headroom: int) -> None:
+        """Recompute the context with the system prompt ``system`` in the background, to
+        be swapped in like a window (a planned window is planned again around it)."""
+        self.drop()
+        self._system = system
+        self.plan(live_tokens, headroom)
+
     def plan(self, live_tokens: int, headroom: int) -> bool:
         """After a turn closed: if the next turn might not fit (``live_tokens`` plus
-        ``headroom``), start recomputing a smaller window in the background."""
-        if self.limit is None or self._plan is not None or live_tokens + headroom <= self.limit:
+        ``headroom``), or a new system prompt waits, start recomputing the window in the
+        background."""
+        if self._plan is not None:
             return False
-        hidden = self._choose(headroom)
-        ids = self._conv.window_ids(hidden)
+        over = self.limit is not None and live_tokens + headroom > self.limit
+        if not over and self._system is None:
+            return False
+        hidden = self._choose(headroom) if over else self._conv.hidden_turns
+        ids = self._conv.window_ids(hidden, self._system)
         seq = self._backend.sequence(priority=Priority.SPECULATIVE)
         try:
             job = self._backend.enqueue(seq, SamplingParams(max_new_tokens=1),
@@ -119,10 +143,14 @@ class ContextWindow:
         except BaseException:
             seq.release()
             raise
-        self._plan = _Plan(hidden, ids, seq, job)
-        _log.info("context %d/%d tokens: recomputing a %d-token window without the oldest "
-                  "%d turns", live_tokens, self.limit, len(ids),
-                  hidden - self._conv.hidden_turns)
+        self._plan = _Plan(hidden, ids, seq, job, self._system)
+        if over:
+            _log.info("context %d/%d tokens: recomputing a %d-token window without the "
+                      "oldest %d turns", live_tokens, self.limit, len(ids),
+                      hidden - self._conv.hidden_turns)
+        if self._system is not None:
+            _log.info("recomputing the context (%d tokens) with the new system prompt",
+                      len(ids))
         return True
 
     def collect(self) -> None:
@@ -148,7 +176,7 @@ class ContextWindow:
             if plan.job is not None and not plan.job.done:
                 self._backend.cancel(plan.job)  # the rest is computed now
             plan.job = None
-            ids = self._conv.window_ids(plan.hidden)
+            ids = self._conv.window_ids(plan.hidden, plan.system)
             keep = min(common_prefix_len(plan.seq.tokens, ids), len(plan.seq))
             plan.seq.truncate(keep)
             computed = plan.seq.extend(ids[keep:]).computed if keep < len(ids) else 0
@@ -156,6 +184,7 @@ class ContextWindow:
             plan.seq.release()
             raise
         self._conv.hide_oldest(plan.hidden)
+        self._take_system(plan.system)
         plan.seq.priority = Priority.LIVE
         _log.info("context window swapped in: %d tokens, %d turns hidden, %d computed now",
                   len(ids), plan.hidden, computed)
@@ -172,9 +201,10 @@ class ContextWindow:
         if self.limit is None:
             return None
         hidden = self._choose(headroom)
-        if hidden == self._conv.hidden_turns:
+        system = self._system
+        if hidden == self._conv.hidden_turns and system is None:
             return None
-        ids = self._conv.window_ids(hidden)
+        ids = self._conv.window_ids(hidden, system)
         seq.truncate(min(common_prefix_len(seq.tokens, ids), len(seq)))
         try:
             computed = seq.extend(ids[len(seq):]).computed
@@ -185,6 +215,7 @@ class ContextWindow:
                 seq.extend(self._conv.token_ids[len(seq):])
             raise
         self._conv.hide_oldest(hidden)
+        self._take_system(system)
         _log.info("context trimmed now: %d tokens, %d turns hidden, %d computed", len(ids),
                   hidden, computed)
         return computed
@@ -212,6 +243,14 @@ class ContextWindow:
 
     # ------------------------------------------------------------------ internals
 
+    def _take_system(self, system: Turn | None) -> None:
+        """The context now holds ``system``: the conversation's system prompt is it."""
+        if system is None:
+            return
+        self._conv.replace_system(system)
+        if self._system is system:
+            self._system = None
+
     def _choose(self, headroom: int) -> int:
         """How many turns to hide: the fewest whole exchanges that bring the window to
         half of what the limit leaves after ``headroom`` (so trims stay rare); failing
@@ -221,6 +260,6 @@ class ContextWindow:
         starts = [h for h in self._conv.exchange_starts() if h > self._conv.hidden_turns]
         for target in (room // 2, room):  # never hide the last exchange just to save more
             for hidden in starts:
-                if len(self._conv.window_ids(hidden)) <= target:
+                if len(self._conv.window_ids(hidden, self._system)) <= target:
                     return hidden
         return self._conv.hideable_turns

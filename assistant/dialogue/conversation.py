@@ -124,9 +124,10 @@ class Conversation:
     def num_tokens(self) -> int:
         return sum(len(turn.token_ids) for turn in self._visible(self._hidden))
 
-    def window_ids(self, hidden: int) -> tuple[int, ...]:
-        """The context's ids if the oldest ``hidden`` turns were hidden."""
-        return tuple(t for turn in self._visible(hidden) for t in turn.token_ids)
+    def window_ids(self, hidden: int, system: Turn | None = None) -> tuple[int, ...]:
+        """The context's ids if the oldest ``hidden`` turns were hidden (and the system
+        prompt were ``system``, from :meth:`system_turn`)."""
+        return tuple(t for turn in self._visible(hidden, system) for t in turn.token_ids)
 
     def exchange_starts(self) -> list[int]:
         """For each visible user turn, how many turns hiding up to it would hide (the
@@ -148,9 +149,10 @@ class Conversation:
     def _first_hideable(self) -> int:
         return 1 if self._turns and self._turns[0].role == "system" else 0
 
-    def _visible(self, hidden: int) -> list[Turn]:
+    def _visible(self, hidden: int, system: Turn | None = None) -> list[Turn]:
         first = self._first_hideable()
-        return self._turns[:first] + self._turns[first + hidden:]
+        head = [system] if system is not None and first else self._turns[:first]
+        return head + self._turns[first + hidden:]
 
     @property
     def last(self) -> Turn | None:
@@ -220,6 +222,24 @@ class Conversation:
                     turn_id=turn_id, generated_tokens=generated_tokens)
         self._turns.append(turn)
         return turn
+
+    def system_turn(self, text: str) -> Turn:
+        """The system prompt ``text`` as this conversation's first turn would hold it, to
+        replace the current one with (:meth:`replace_system`). Only a conversation that
+        has a system prompt can change it: a template may render a default one where
+        there is none, so adding one would change the ids of every turn after it."""
+        if not self._first_hideable():
+            raise ValueError("this conversation has no system prompt to change")
+        if not text:
+            raise ValueError("the system prompt cannot become empty")
+        return Turn("system", text, tuple(self.renderer.message_ids(
+            [], {"role": "system", "content": text})))
+
+    def replace_system(self, turn: Turn) -> None:
+        """Make ``turn`` (from :meth:`system_turn`) the system prompt."""
+        if not self._first_hideable() or turn.role != "system":
+            raise ValueError("only a system prompt replaces the system prompt")
+        self._turns[0] = turn
 
     def hide_oldest(self, hidden: int) -> None:
         """Hide the oldest turns from the model, up to ``hidden`` in all (a value from

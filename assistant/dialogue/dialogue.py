@@ -156,9 +156,17 @@ class Dialogue:
 
     def set_options(self, options: DialogueOptions) -> None:
         """New generation settings, effective from the next turn (a reply in progress
-        keeps the settings it started with). The system prompt is fixed at creation."""
-        if options.system_prompt != self._options.system_prompt:
-            raise DialogueError("the system prompt cannot change in a conversation")
+        keeps the settings it started with). A new system prompt is computed into the
+        context in the background and swapped in between turns, before the next turn
+        at the latest (`ContextWindow.change_system`); a conversation that started
+        without one cannot get one."""
+        current = (self._next_options or self._options).system_prompt
+        if options.system_prompt != current:
+            try:
+                system = self.conversation.system_turn(options.system_prompt)
+            except ValueError as exc:
+                raise DialogueError(f"the system prompt cannot change: {exc}") from None
+            self._window.change_system(system, len(self._seq), self._headroom())
         if self._live is None:
             self._options, self._next_options = options, None
         else:
@@ -439,8 +447,11 @@ class Dialogue:
                 + len(self.conversation.closing_ids(interrupted=True)))
 
     def _fit_context(self, user_text: str, max_new_tokens: int) -> None:
-        """Before a turn: swap in a ready window; if the turn would not fit, trim now."""
-        if self._window.ready:
+        """Before a turn: swap in a ready window (a new system prompt even if not ready:
+        the rest is computed now); if the turn would not fit, trim now."""
+        if self._window.system_pending and not self._window.planned:
+            self._window.plan(len(self._seq), self._headroom())
+        if self._window.ready or self._window.system_pending:
             self._adopt_window()
         user_ids, header = self.conversation.user_prompt_ids(user_text)
         prompt = len(user_ids) + len(header)
