@@ -81,14 +81,16 @@ sysdeps:
 # packaged voice) through the full stack -- VAD, ASR, engine, TTS -- including a barge-in,
 # prints the conversation and its metrics, and writes demo_out/heard.wav.
 demo: venv sysdeps
-	$(PY) -m assistant.app.demo
+	$(PY) -m assistant.commands.demo
 
 # docs/configuration.md, written from the typed config schema (a test checks it is current).
 docs: venv
 	$(PY) -m assistant.app.config_reference docs/configuration.md
 
+# ruff, and the import contracts in pyproject.toml (no import circles, nothing upward).
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 typecheck: venv
 	$(VENV)/bin/mypy

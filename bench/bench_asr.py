@@ -42,7 +42,7 @@ from bench_turns import SENTENCES  # the end-of-turn test set's sentences and th
 
 from assistant.app.config import AppConfig, default_config_path, load_config
 from assistant.app.models import resolve_asr, resolve_voice
-from assistant.app.report import format_table
+from assistant.replay.report import format_table
 from assistant.replay.scenario import (
     Say,
     espeak_available,

@@ -34,7 +34,7 @@ from bench_loop import BACKCHANNELS, REAL  # the interruption set's words
 
 from assistant.app.config import default_config_path, load_config
 from assistant.app.models import resolve_asr, resolve_voice
-from assistant.app.report import format_table
+from assistant.replay.report import format_table
 from assistant.replay.scenario import RATE, Noise, Say, espeak_available, render_scenario
 from assistant.turns.interruption import Decision, InterruptionFacts, InterruptionOptions, decide
 from audio.asr import ASROptions, Transcriber

@@ -41,12 +41,13 @@ import numpy as np
 from bench_loop import QUESTIONS, ROOM_MS, STORY
 
 from assistant.app.config import AppConfig, default_config_path, load_config
-from assistant.app.report import format_table
 from assistant.loop import event_log as log
+from assistant.loop.live import threaded_frames
 from assistant.loop.metrics import Metrics, percentile
 from assistant.loop.pipeline import PipelineOptions
 from assistant.loop.setup import LoopModels, build_pipeline, load_models, open_live_audio
-from assistant.replay.run import ReplayOptions, replay_sync, threaded_frames
+from assistant.replay.report import format_table
+from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Say, render_scenario
 from audio.chunk import AudioChunk
 from audio.echo import EchoReference

@@ -39,11 +39,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assistant.app.config import AppConfig, default_config_path, load_config, parse_override
-from assistant.app.report import format_table
 from assistant.loop import event_log as log
 from assistant.loop.metrics import Metrics, percentile
 from assistant.loop.setup import LoopModels, load_models
 from assistant.loop.waterfall import STAGES, Waterfall, waterfalls
+from assistant.replay.report import format_table
 from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Noise, Say, espeak_available, render_scenario
 from audio.wav import write_wav

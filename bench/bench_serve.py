@@ -41,8 +41,8 @@ import yaml
 from websockets.asyncio.client import connect
 
 from assistant.app.config import default_config_path, load_config
-from assistant.app.report import format_table
 from assistant.loop.metrics import percentile
+from assistant.replay.report import format_table
 from assistant.serve.runtime import ServeRuntime, build_runtime
 from assistant.serve.transport.limits import ServerLimits
 from assistant.serve.transport.server import RealtimeServer, ServerOptions

@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from assistant.app.config import AppConfig, default_config_path, load_config
-from assistant.app.report import format_table
 from assistant.loop import event_log as log
 from assistant.loop.metrics import percentile
 from assistant.loop.setup import LoopModels, load_models
+from assistant.replay.report import format_table
 from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Say, Scenario, espeak_available, render_scenario
 from assistant.replay.splice import insert_pause, word_gap_ms

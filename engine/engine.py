@@ -39,7 +39,7 @@ class Engine:
                  prefill_chunk: int = 512) -> None:
         self.runner = runner
         self.tokenizer = tokenizer
-        self._cache = PageCache(runner, prefill_chunk=prefill_chunk)
+        self._cache: PageCache[Sequence] = PageCache(runner, prefill_chunk=prefill_chunk)
         self._scheduler = Scheduler(self._cache, tokenizer, max_batch=max_batch)
 
     @classmethod

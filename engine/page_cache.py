@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from engine.block_pool import BlockPool
 from engine.errors import EngineInvariantError
@@ -12,13 +12,27 @@ from engine.events import EngineStats, PrefillStats
 
 if TYPE_CHECKING:
     from engine.runner import ModelRunner
-    from engine.sequence import Sequence
 
-__all__ = ["PageCache"]
+__all__ = ["CachedSequence", "PageCache"]
 
 
-class PageCache:
-    """Owns the block pool for one runner and knows every live sequence."""
+class CachedSequence(Protocol):
+    """What the cache needs of a live sequence (:class:`engine.sequence.Sequence`)."""
+
+    @property
+    def seq_id(self) -> int: ...
+
+    @property
+    def page_table(self) -> tuple[int, ...]: ...
+
+    def check_problems(self) -> list[str]: ...
+
+
+S = TypeVar("S", bound=CachedSequence)
+
+
+class PageCache(Generic[S]):
+    """Owns the block pool for one runner and knows every live sequence (of type ``S``)."""
 
     def __init__(self, runner: ModelRunner, *, prefill_chunk: int = 512) -> None:
         if prefill_chunk < 1:
@@ -31,20 +45,20 @@ class PageCache:
         self.tokens_referenced = 0
         self.tokens_copied = 0
         self.tokens_decoded = 0
-        self._sequences: dict[int, Sequence] = {}
+        self._sequences: dict[int, S] = {}
         self._next_id = 0
 
     def new_id(self) -> int:
         self._next_id += 1
         return self._next_id
 
-    def add(self, seq: Sequence) -> None:
+    def add(self, seq: S) -> None:
         self._sequences[seq.seq_id] = seq
 
-    def discard(self, seq: Sequence) -> None:
+    def discard(self, seq: S) -> None:
         self._sequences.pop(seq.seq_id, None)
 
-    def sequences(self) -> Iterator[Sequence]:
+    def sequences(self) -> Iterator[S]:
         return iter(tuple(self._sequences.values()))
 
     def count_prefill(self, stats: PrefillStats) -> None:

@@ -53,7 +53,7 @@ class Sequence:
     job (or let it finish) first.
     """
 
-    def __init__(self, cache: PageCache, host: SequenceHost, *,
+    def __init__(self, cache: PageCache[Sequence], host: SequenceHost, *,
                  priority: Priority = Priority.LIVE) -> None:
         self.seq_id = cache.new_id()
         self.priority = priority

@@ -1,4 +1,4 @@
-"""The application shell: CLI, typed config, logging, model resolution and the demo.
+"""The application shell: CLI, typed config, logging, model resolution.
 
 Nothing is imported here, so importing a submodule stays cheap.
 """

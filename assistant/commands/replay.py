@@ -45,8 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from assistant.app.heap import freeze_loaded
-    from assistant.app.report import format_conversation, format_metrics
     from assistant.loop.setup import load_models
+    from assistant.replay.report import format_conversation, format_metrics
     from assistant.replay.run import ReplayOptions, replay_sync, write_outputs
     from audio.wav import read_wav_info
 

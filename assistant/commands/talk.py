@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import logging
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import IO, Any
 
 from assistant.app.config import AppConfig
@@ -20,9 +19,8 @@ from assistant.loop.event_log import (
     TranscriptFinalEntry,
     TranscriptPartialEntry,
 )
-from assistant.loop.tasks import cancel_and_wait
 
-__all__ = ["register", "run", "TerminalView", "converse"]
+__all__ = ["register", "run", "TerminalView"]
 
 DESCRIPTION = """\
 Live conversation: the microphone feeds VAD and streaming ASR, replies are spoken
@@ -30,8 +28,6 @@ through the speaker, and you can interrupt the assistant at any time (it keeps o
 the words you heard). The terminal shows the current state and the transcripts.
 Use headphones, or keep echo handling on (echo.mode: gate or aec). Ctrl-C exits.
 """
-
-_log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -90,27 +86,6 @@ class TerminalView:
         self._partial = False
 
 
-async def converse(pipeline: Any, frames: AsyncIterator[Any], stop: asyncio.Event,
-                   on_stop: Callable[[], None]) -> None:
-    """Feed ``frames`` to ``pipeline`` until they end or ``stop`` is set, then shut down
-    in order: ``on_stop`` (closes the microphone, which ends its frames), the feeder, the
-    pipeline (its worker threads), then ``frames`` themselves (a :class:`SourceThread`
-    joins its thread), so no thread is left posting to a loop about to close."""
-    feeder = asyncio.create_task(pipeline.run(frames))
-    stopper = asyncio.create_task(stop.wait())
-    try:
-        done, _ = await asyncio.wait({feeder, stopper}, return_when=asyncio.FIRST_COMPLETED)
-        if feeder in done:
-            feeder.result()  # raise a pipeline failure
-    finally:
-        on_stop()
-        await cancel_and_wait(feeder, stopper, logger=_log, what="talk task")
-        await pipeline.aclose()
-        close = getattr(frames, "aclose", None)
-        if close is not None:
-            await close()
-
-
 def stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Callable[[], None]:
     """SIGINT and SIGTERM set ``stop`` (a clean end, not an exception); returns the undo."""
     installed = []
@@ -128,9 +103,9 @@ def stop_on_signals(loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> Cal
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from assistant.app.heap import freeze_loaded
+    from assistant.loop.live import converse, threaded_frames
     from assistant.loop.pipeline import PipelineOptions
     from assistant.loop.setup import build_pipeline, load_models, open_live_audio
-    from assistant.replay.run import threaded_frames
     from audio.devices import resolve_device
 
     # Fail on a missing device before spending seconds on the models.

@@ -1,3 +1,4 @@
-"""The full stack on recorded audio (virtual clock or real time), and scenario rendering."""
+"""The full stack on recorded audio (virtual clock or real time), scenario rendering, and
+the plain-text report of a conversation and its metrics."""
 
 __all__: list[str] = []

@@ -18,7 +18,7 @@ import asyncio
 import json
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,14 +27,13 @@ import numpy as np
 
 from assistant.app.config import AppConfig
 from assistant.loop.event_log import Entry, write_jsonl
+from assistant.loop.live import threaded_frames
 from assistant.loop.pipeline import PipelineOptions, PipelineResult
 from assistant.loop.setup import LoopModels, build_pipeline, echo_options
-from assistant.replay.source_thread import SourceThread
 from audio.chunk import AudioChunk
 from audio.errors import AudioFileError
 
-__all__ = ["ReplayOptions", "ReplayOutcome", "replay", "replay_sync", "write_outputs",
-           "threaded_frames"]
+__all__ = ["ReplayOptions", "ReplayOutcome", "replay", "replay_sync", "write_outputs"]
 
 
 @dataclass(frozen=True)
@@ -90,12 +89,6 @@ class _Room:
         echo = self.reference.get(frame.start_sample - self.delay, pcm.size)
         return AudioChunk(np.clip(pcm + self.gain * echo, -1.0, 1.0), frame.sample_rate,
                           frame.start_sample)
-
-
-def threaded_frames(frames: Iterable[AudioChunk]) -> SourceThread[AudioChunk]:
-    """Iterate a blocking (clock-paced) frame source on a thread; the caller owns it and
-    must ``await aclose()`` it (which joins the thread) before the loop closes."""
-    return SourceThread(frames)
 
 
 async def replay(models: LoopModels, cfg: AppConfig, wav: Path, options: ReplayOptions,

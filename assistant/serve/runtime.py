@@ -84,11 +84,10 @@ class ServeRuntime:
     async def run_local_audio(self, stop: asyncio.Event) -> None:
         """The local microphone/speaker loop (as ``assistant talk``), headless, on the
         shared engine, until ``stop`` is set."""
-        from assistant.commands.talk import converse
         from assistant.dialogue.dialogue import Dialogue
+        from assistant.loop.live import converse, threaded_frames
         from assistant.loop.pipeline import Pipeline, PipelineOptions
         from assistant.loop.setup import open_live_audio
-        from assistant.replay.run import threaded_frames
         from assistant.speech.listener import Listener
         from assistant.turns.turn_manager import TurnManager
 

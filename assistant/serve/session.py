@@ -32,6 +32,7 @@ import numpy as np
 from pydantic import MISSING
 
 from assistant.serve.backend import contract as B
+from assistant.serve.metrics import ServerMetrics
 from assistant.serve.protocol import client_events as C
 from assistant.serve.protocol import server_events as S
 from assistant.serve.protocol.codec import ProtocolError
@@ -44,7 +45,6 @@ from assistant.serve.protocol.responses import (
     response_shape,
 )
 from assistant.serve.protocol.settings import ServedModels, apply_update, describe_session
-from assistant.serve.transport.metrics import ServerMetrics
 
 __all__ = ["IdFactory", "RealtimeSession"]
 

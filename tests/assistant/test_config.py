@@ -112,7 +112,7 @@ def test_unquoted_yaml_off_means_off(tmp_path: Path) -> None:
 def test_the_project_config_and_demo_recording_are_found_from_any_directory(
         tmp_path: Path) -> None:
     from assistant.app.config import default_config_path
-    from assistant.app.demo import DEMO_WAV
+    from assistant.commands.demo import DEMO_WAV
 
     found = default_config_path(tmp_path)  # no config.yaml there: the project's own
     assert found is not None and found.is_file() and found.parent.joinpath("pyproject.toml").is_file()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from assistant.app.report import format_metrics
 from assistant.loop import event_log as log
 from assistant.loop.metrics import compute_metrics
+from assistant.replay.report import format_metrics
 
 
 def test_virtual_clock_latencies_are_labelled_as_such() -> None:

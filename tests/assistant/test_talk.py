@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from assistant.app.cli import main
-from assistant.commands.talk import TerminalView, converse
+from assistant.commands.talk import TerminalView
 from assistant.loop import event_log as log
+from assistant.loop.live import converse
 
 
 def test_terminal_view_shows_state_and_transcripts() -> None:
@@ -65,7 +66,7 @@ def test_shutdown_order_mic_then_pipeline_then_the_source_thread_then_nothing_po
     thread is joined before ``converse`` returns, so the loop closes on no live thread."""
     import threading
 
-    from assistant.replay.source_thread import SourceThread
+    from assistant.loop.source_thread import SourceThread
 
     errors: list[BaseException] = []
     monkeypatch.setattr(threading, "excepthook", lambda args: errors.append(args.exc_value))

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from assistant.replay.source_thread import SourceThread
+from assistant.loop.source_thread import SourceThread
 
 
 class BlockingMic:

@@ -63,7 +63,7 @@ def test_connect_close_cycles_at_every_stage_leave_no_engine_pages(serve_runtime
 
 
 def test_metrics_show_what_each_session_holds_and_nothing_unowned(serve_runtime: Any) -> None:
-    from assistant.serve.transport.metrics import ServerMetrics
+    from assistant.serve.metrics import ServerMetrics
 
     rt = serve_runtime
     metrics = ServerMetrics(rt.engine_gauges)

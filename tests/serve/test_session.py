@@ -11,11 +11,11 @@ from typing import Any
 import numpy as np
 import pytest
 
+from assistant.serve.metrics import ServerMetrics
 from assistant.serve.protocol import client_events as C
 from assistant.serve.protocol import server_events as S
 from assistant.serve.protocol.codec import Codec, ProtocolError
 from assistant.serve.session import IdFactory, RealtimeSession
-from assistant.serve.transport.metrics import ServerMetrics
 from tests.serve.fake_backend import FakeBackend, silence, tone
 from tests.serve.support import DEFAULTS, SERVED, b64, run, utterance
 

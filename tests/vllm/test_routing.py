@@ -131,7 +131,7 @@ def test_no_server_fails_the_job_and_then_refuses_new_ones_leaving_the_sequence(
 
 
 def test_replica_health_is_labelled_by_replica_on_metrics() -> None:
-    from assistant.serve.transport.metrics import ServerMetrics
+    from assistant.serve.metrics import ServerMetrics
 
     r = Router([Endpoint("http://10.0.0.1:8000"), Endpoint("http://10.0.0.2:8000")],
                block_size=32)

@@ -13,30 +13,46 @@ a conversation's requests go to the same replica.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from assistant.llm.protocol import LLMJob
 from engine.errors import ContextLimitError, EngineError, SequenceReleasedError
 from engine.events import PrefillStats
 from engine.params import Priority
 
-if TYPE_CHECKING:
-    from assistant.llm.vllm.backend import VLLMBackend
-    from assistant.llm.vllm.job import RemoteJob
+__all__ = ["RemoteSequence", "SequenceOwner"]
 
-__all__ = ["RemoteSequence"]
+
+class SequenceOwner(Protocol):
+    """What a sequence needs from its backend
+    (:class:`~assistant.llm.vllm.backend.VLLMBackend`)."""
+
+    @property
+    def max_positions(self) -> int: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def expected_stats(self, seq: RemoteSequence, ids: Sequence[int]) -> PrefillStats: ...
+
+    def new_sequence(self, *, key: int, priority: Priority,
+                     tokens: Sequence[int] = ()) -> RemoteSequence: ...
+
+    def on_release(self, seq: RemoteSequence) -> None: ...
 
 
 class RemoteSequence:
     """`LLMSequence` of :class:`~assistant.llm.vllm.backend.VLLMBackend` (one thread)."""
 
-    def __init__(self, backend: VLLMBackend, seq_id: int, key: int, *,
+    def __init__(self, backend: SequenceOwner, seq_id: int, key: int, *,
                  priority: Priority, tokens: Sequence[int] = ()) -> None:
         self.seq_id = seq_id
         self.key = key
         """Routing key of the conversation (see :mod:`~assistant.llm.vllm.router`)."""
         self.priority = priority
-        self.job: RemoteJob | None = None
-        """The generation running on it, if any."""
+        self.job: LLMJob | None = None
+        """The generation running on it, if any (a
+        :class:`~assistant.llm.vllm.job.RemoteJob`)."""
         self._backend = backend
         self._tokens = [int(t) for t in tokens]
         self._released = False

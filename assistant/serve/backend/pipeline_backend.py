@@ -52,6 +52,7 @@ from assistant.serve.backend.manual_turns import ManualTurns
 from assistant.serve.backend.network_io import NetworkSource, RecordingSynthesizer
 from assistant.serve.backend.network_sink import NetworkSink
 from assistant.serve.backend.settings_map import dialogue_options, turn_options, vad_options
+from assistant.serve.backend.shared import SharedRuntime
 from assistant.serve.backend.speech_gate import SpeechGate
 from assistant.turns.events import State
 from audio.clock import VirtualClock
@@ -59,7 +60,6 @@ from audio.clock import VirtualClock
 if TYPE_CHECKING:
     from assistant.dialogue.dialogue import DialogueOptions
     from assistant.loop.pipeline import Pipeline
-    from assistant.serve.runtime import ServeRuntime
     from assistant.turns.options import TurnOptions
 
 __all__ = ["PipelineBackend"]
@@ -70,7 +70,7 @@ log = logging.getLogger("assistant.serve")
 class PipelineBackend:
     """One conversation on the shared engine thread (see the module docstring)."""
 
-    def __init__(self, runtime: ServeRuntime, settings: B.SessionSettings) -> None:
+    def __init__(self, runtime: SharedRuntime, settings: B.SessionSettings) -> None:
         self._rt = runtime
         self._settings = settings
         self._loop = asyncio.get_running_loop()

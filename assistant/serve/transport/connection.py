@@ -25,11 +25,11 @@ from websockets.exceptions import ConnectionClosed
 
 from assistant.loop.tasks import cancel_and_wait
 from assistant.serve.backend.contract import SessionBackend
+from assistant.serve.metrics import ServerMetrics
 from assistant.serve.protocol.client_events import InputAudioBufferAppend
 from assistant.serve.protocol.codec import Codec, ProtocolError
 from assistant.serve.session import RealtimeSession
 from assistant.serve.transport.limits import ClientStalled, Outbox, ServerLimits
-from assistant.serve.transport.metrics import ServerMetrics
 
 __all__ = ["Connection", "CLOSE_GOING_AWAY", "CLOSE_POLICY", "CLOSE_TRY_AGAIN", "CLOSE_ERROR"]
 

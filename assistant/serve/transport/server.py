@@ -35,6 +35,7 @@ from websockets.typing import Subprotocol
 
 from assistant.app.errors import UserError
 from assistant.serve.backend.contract import BackendFactory, SessionSettings
+from assistant.serve.metrics import CONTENT_TYPE_LATEST, EngineGauges, ServerMetrics
 from assistant.serve.protocol.codec import Codec, Dialect
 from assistant.serve.protocol.server_events import Error, ErrorDetail
 from assistant.serve.protocol.settings import ServedModels
@@ -47,7 +48,6 @@ from assistant.serve.transport.connection import (
     Connection,
 )
 from assistant.serve.transport.limits import Admission, Outbox, ServerLimits
-from assistant.serve.transport.metrics import CONTENT_TYPE_LATEST, EngineGauges, ServerMetrics
 from assistant.serve.transport.web import WebAssets
 
 __all__ = ["ServerOptions", "RealtimeServer", "WS_PATHS"]

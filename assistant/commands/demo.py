@@ -1,4 +1,5 @@
-"""``python -m assistant.app.demo``: replay a short recorded conversation with a barge-in.
+"""``python -m assistant.commands.demo`` (``make demo``): replay a short recorded conversation
+with a barge-in. A program of its own, not an ``assistant`` subcommand.
 
 The user's side (three utterances, the third cutting the assistant off mid-story) is
 ``tests/data/demo_conversation.wav``; if it is missing it is synthesised with the
@@ -44,7 +45,8 @@ def build_demo_wav(synthesizer: SpanSynthesizer, path: Path = DEMO_WAV) -> Scena
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m assistant.app.demo", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m assistant.commands.demo",
+                                     description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out-dir", type=Path, default=Path("demo_out"),
                         help="where heard.wav, events.jsonl and conversation.json go "
@@ -60,8 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from assistant.app.config import default_config_path, load_config
     from assistant.app.errors import UserError
     from assistant.app.heap import freeze_loaded
-    from assistant.app.report import format_conversation, format_metrics
     from assistant.loop.setup import load_models
+    from assistant.replay.report import format_conversation, format_metrics
     from assistant.replay.run import ReplayOptions, replay_sync, write_outputs
     from audio.errors import AudioError
     from engine.errors import EngineError
