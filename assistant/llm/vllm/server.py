@@ -1,7 +1,7 @@
 """Start and stop a local vLLM server (tests, benches, a one-machine deployment).
 
 vLLM runs in its own virtual environment (``make vllm`` builds ``.venv-vllm``: its
-pins differ from ours). The command is the one the README documents: fp32, prefix
+pins differ from ours). The command is the one docs/vllm.md documents: fp32, prefix
 caching with ``block_size``-token blocks, eager mode (ready in ~25 s on a CPU instead
 of ~90 s compiling), a fixed KV budget, ``cached_tokens`` in the usage, and our
 windowed repetition penalty (:mod:`assistant.llm.vllm.penalty`) loaded from this

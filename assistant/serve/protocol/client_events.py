@@ -75,7 +75,7 @@ class TurnDetectionParam:
     interrupt_response: bool | MISSING = MISSING
     """Cancel the reply in progress when the user starts speaking (default true)."""
     eagerness: Literal["low", "medium", "high", "auto"] | MISSING = MISSING
-    """semantic_vad only: approximated by a silence duration (see the README table)."""
+    """semantic_vad only: approximated by a silence duration (see docs/serve.md)."""
 
 
 @dataclass(frozen=True, kw_only=True)
