@@ -230,3 +230,36 @@ def test_session_update_of_turn_detection_changes_the_pause_rule_that_follows(
         rt.check_engine()
 
     run(main(), timeout=240)
+
+
+def test_instructions_changed_after_the_first_turn_lead_the_next_reply(
+        serve_runtime: Any) -> None:
+    rt = serve_runtime
+    manual = dataclasses.replace(rt.defaults, turn_detection=None)
+
+    async def main() -> None:
+        backend = rt.backend_factory(manual)
+        seen: list[Any] = []
+        try:
+            backend.add_text("user", "Hello there.")
+            first = backend.create_response(B.ResponseRequest(max_output_tokens=12))
+            await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished))
+            pirate = "You are a pirate. Answer in one short sentence."
+            backend.configure(dataclasses.replace(manual, instructions=pirate))
+            backend.add_text("user", "What is your name?")
+            backend.create_response(B.ResponseRequest(max_output_tokens=12))
+            done = await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished)
+                                and e.response_key != first)
+            assert done.status == "completed"
+            context = (await backend.context_text()).splitlines()
+            assert context[0] == f"system: {pirate}"
+            assert [line.split(":")[0] for line in context] == [
+                "system", "user", "assistant", "user", "assistant"]
+            await backend.sequence_text()  # raises unless sequence == history
+            with pytest.raises(B.BackendRejected, match="cannot become empty"):
+                backend.configure(dataclasses.replace(manual, instructions=""))
+        finally:
+            await backend.aclose()
+        rt.check_engine()
+
+    run(main(), timeout=240)

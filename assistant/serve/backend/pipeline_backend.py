@@ -18,8 +18,9 @@ pipeline's public API:
   audio's transcripts and text items; ``response.create`` submits them as a text turn
   (:meth:`Pipeline.submit_text_turn`).
 - ``session.update``: :meth:`Pipeline.update_settings` (generation options from the
-  next turn, VAD at the end of the utterance in progress); changed instructions build a
-  new pipeline before the first turn.
+  next turn, VAD at the end of the utterance in progress, turn-taking rules now); changed
+  instructions build a new pipeline before the first turn, and after it are computed
+  into the context in the background (`assistant.dialogue.context_window`).
 - ``output_modalities: ["text"]`` (session or response): the turn is marked text-only on
   the `RecordingSynthesizer`, which then makes silent chunks instead of speech.
 
@@ -210,12 +211,17 @@ class PipelineBackend:
                 "create_response: false is not supported with server VAD; use "
                 "turn_detection: null and response.create",
                 param="session.audio.input.turn_detection.create_response")
-        rebuild = settings.instructions != old.instructions
-        if rebuild and (self._ledger.started or self._manual.pending):
+        changed = settings.instructions != old.instructions
+        started = self._ledger.started or self._manual.pending
+        if changed and started and not (old.instructions and settings.instructions):
             raise B.BackendRejected(
                 "unsupported_value",
-                "instructions can only change before the first turn",
+                "instructions cannot become empty, or be set where they were empty, once "
+                "the conversation has started",
                 param="session.instructions")
+        # Before the first turn a new pipeline is as cheap; after it the dialogue
+        # recomputes its context with the new system prompt in the background.
+        rebuild = changed and not started
         self._settings = settings
         self._source.hold = td is None
         if rebuild:
