@@ -10,10 +10,11 @@ on the microphone's timeline by :class:`EchoReference`. Then, by ``mode``:
   become silence, so neither the VAD nor the ASR hears the echo. A user who talks
   clearly louder than the playback still gets through (barge-in). With
   ``gate_stands_down`` it also listens for the echo itself
-  (:class:`~audio.echo_presence.EchoPresence`): when ~1.5 s of playback bring nothing
-  into the microphone that could be speech and no echo is found in it -- headphones, a
-  speaker too quiet to reach the microphone -- there is nothing to gate, and it stands
-  down (full duplex: the user is heard at any level). The moment an echo is found it
+  (:class:`~audio.echo_presence.EchoPresence`): when the first few hundred ms of the
+  reply's speech (or, failing that, ~1.5 s of playback) bring nothing into the
+  microphone that could be speech and no echo is found in it -- headphones, a speaker
+  too quiet to reach the microphone -- there is nothing to gate, and it stands down
+  (full duplex: the user is heard at any level). The moment an echo is found it
   gates again, for the rest of the session.
 - ``aec``: acoustic echo cancellation with WebRTC's AEC3 through LiveKit's
   ``rtc.AudioProcessingModule`` (pip ``livekit``; the native library ships in the
@@ -36,7 +37,7 @@ import numpy.typing as npt
 
 from audio.chunk import AudioChunk
 from audio.echo_delay import EchoDelay, EchoDelayEstimator
-from audio.echo_presence import EchoPresence
+from audio.echo_presence import EchoPresence, PresenceOptions
 from audio.echo_reference import EchoReference
 from audio.errors import AudioError, AudioValueError
 
@@ -106,6 +107,9 @@ class EchoOptions:
     gate_stands_down: bool = True
     """``gate``: gate nothing once playback showed no echo in the microphone; gate again
     from the first echo found on (:mod:`audio.echo_presence`)."""
+    stand_down_probe_ms: int = 150
+    """``gate_stands_down``: the early answer's reply speech (``PresenceOptions.probe_ms``;
+    0: only the late one)."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("off", "gate", "aec"):
@@ -240,7 +244,9 @@ class EchoProcessor:
         self._lead = options.sample_rate * options.aec_lead_ms // 1000
         self._finder = (EchoDelayEstimator(self.reference)
                         if options.mode == "aec" and options.aec_align else None)
-        self._presence = (EchoPresence(self.reference, self.gate.far_end_dbfs)
+        self._presence = (EchoPresence(self.reference, self.gate.far_end_dbfs,
+                                       PresenceOptions(max_delay_ms=options.reference_window_ms,
+                                                       probe_ms=options.stand_down_probe_ms))
                           if options.mode == "gate" and options.gate_stands_down else None)
         self.echo_delay: EchoDelay | None = None
         """``aec``: the echo's lag after the reference as placed, last measured."""

@@ -171,8 +171,12 @@ class EchoConfig(_Section):
     there when the reported times put it where AEC3 cannot cancel it (half duplex until
     it is found)."""
     gate_stands_down: bool = True
-    """``gate``: listen for the echo, and gate nothing while ~1.5 s of playback brings
-    none (headphones); gate again, for the session, from the first echo heard."""
+    """``gate``: listen for the echo, and gate nothing once playback brings none into the
+    mic (headphones: decided a few hundred ms into the first reply, ~1.5 s if someone
+    talks over its start); gate again, for the session, from the first echo heard."""
+    stand_down_probe_ms: int = Field(150, ge=0)
+    """``gate_stands_down``: the reply's speech, heard back with no loud mic frame, that
+    decides "no echo" early (0: only after ~1.5 s of playback)."""
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -308,6 +312,10 @@ class TurnsConfig(_Section):
     min_words_ms: int = Field(150, ge=0)
     """A burst over the reply this long, too short to pause it, has its words decoded
     when it ends (a crisp "Stop!" interrupts; a click has no words)."""
+    pause_at_onset: bool = True
+    """Tentative interruptions: speech over the reply that cannot be its echo (the echo
+    gate stood down) pauses it at its onset, not after ``barge_in_min_ms``; what cuts is
+    decided as ever."""
     pause_priority: bool = True
     """While a reply is paused by speech over it, a CPU engine's decode steps wait (at
     most 250 ms each), so the speech's words, which decide the cut, decode sooner. Not

@@ -203,7 +203,8 @@ def echo_options(cfg: AppConfig) -> EchoOptions:
 
     return EchoOptions(mode=cfg.echo.mode, gate_margin_db=cfg.echo.gate_margin_db,
                        sample_rate=cfg.audio.sample_rate, aec_align=cfg.echo.aec_align,
-                       gate_stands_down=cfg.echo.gate_stands_down)
+                       gate_stands_down=cfg.echo.gate_stands_down,
+                       stand_down_probe_ms=cfg.echo.stand_down_probe_ms)
 
 
 @dataclass
@@ -269,6 +270,7 @@ def dialogue_options(cfg: AppConfig) -> DialogueOptions:
 def turn_options(cfg: AppConfig) -> TurnOptions:
     t = cfg.turns
     return TurnOptions(barge_in_min_ms=t.barge_in_min_ms, speculate=t.speculate,
+                       pause_at_onset=t.pause_at_onset,
                        end_of_turn=end_of_turn_options(cfg),
                        interruption=InterruptionOptions(
                            mode=t.interruption, backchannels=tuple(t.backchannels),

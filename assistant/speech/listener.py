@@ -189,8 +189,9 @@ class Listener:
             voiced_ms = sum(self.ms(self._frame) for s, v in self._voiced
                             if v and ev.start_sample <= s < ev.detected_sample)
             pcm = self._ungated(np.asarray(ev.pcm, np.float32), ev.audio_start_sample)
+            echo_free = self.echo is not None and self.echo.echo_heard is False
             return [UtteranceOpened(pcm, ev.audio_start_sample),
-                    SpeechStarted(t, voiced_ms=voiced_ms)]
+                    SpeechStarted(t, voiced_ms=voiced_ms, echo_free=echo_free)]
         if isinstance(ev, vad_mod.PauseOnset):
             return [UtterancePaused(ev.start_sample)]
         if isinstance(ev, vad_mod.ShortPause):

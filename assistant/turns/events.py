@@ -97,6 +97,9 @@ class SpeechStarted:
     """When the onset was confirmed."""
     voiced_ms: int = 0
     """Voiced audio the VAD already heard before confirming (counts toward barge-in)."""
+    echo_free: bool = False
+    """The echo gate had stood down (no echo reaches the microphone): this speech is not
+    the reply's own voice, so a tentative interruption may pause the reply at once."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,9 @@ class TurnOptions:
     """Voiced user speech needed, while the assistant holds the floor, to interrupt it."""
     speculate: bool = True
     """Start speculative replies at short pauses."""
+    pause_at_onset: bool = True
+    """Tentative: speech that cannot be the reply's echo (``SpeechStarted.echo_free``)
+    pauses the reply at its onset, not after ``barge_in_min_ms``."""
     end_of_turn: EndOfTurnOptions = EndOfTurnOptions(mode="fixed")
     """When silence ends the user's turn (fixed, or semantic: scored by the model)."""
     interruption: InterruptionOptions = InterruptionOptions(mode="immediate")

@@ -53,6 +53,8 @@ class Candidate:
     voiced_ms: int
     """Continuous voiced speech: a short pause resets it."""
     heard: Span = field(default_factory=Span)
+    echo_free: bool = False
+    """Heard with the echo gate stood down: not the reply's echo (see `SpeechStarted`)."""
     in_pause: bool = False
     bursts: int = 1
     interim_at_ms: int = 0

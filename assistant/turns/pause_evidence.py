@@ -43,6 +43,8 @@ class PauseEvidence:
         self._audio_p: float | None = None
         """The audio model's P(complete) at the current pause (numbered by `_pauses`)."""
         self._pauses = 0
+        self._least_ms = 0
+        """The shortest silence that ends this turn (see :meth:`hold_at_least`)."""
 
     def set_options(self, end_of_turn: EndOfTurnOptions, *, speculate: bool,
                     paused: bool, out: list[TurnAction]) -> None:
@@ -57,6 +59,12 @@ class PauseEvidence:
             self.cancel(out)
         if paused and (end_of_turn.semantic or was_semantic):
             self._set_silence(self._score, out)  # (fixed: its own silence)
+
+    def hold_at_least(self, silence_ms: int) -> None:
+        """This turn ends after ``silence_ms`` of silence at the least, whatever the
+        scores say (a turn that began by interrupting the reply: "Wait," is seldom all
+        the user has to say). Until :meth:`forget`."""
+        self._least_ms = silence_ms
 
     def enter_pause(self, out: list[TurnAction]) -> None:
         """The user's turn went quiet: ask for its words (to speculate on) and the audio
@@ -127,6 +135,7 @@ class PauseEvidence:
         self.text = ""
         self._score = None
         self._audio_p = None
+        self._least_ms = 0
 
     def cancel(self, out: list[TurnAction]) -> None:
         """Drop the live speculation, if any."""
@@ -137,6 +146,5 @@ class PauseEvidence:
         self._score = None
 
     def _set_silence(self, p_end: float | None, out: list[TurnAction]) -> None:
-        out.append(SetEndOfTurnSilence(endpoint_silence_ms(p_end, self._options, self.text,
-                                                           self._audio_p),
-                                       p_end, self._audio_p))
+        silence = endpoint_silence_ms(p_end, self._options, self.text, self._audio_p)
+        out.append(SetEndOfTurnSilence(max(silence, self._least_ms), p_end, self._audio_p))

@@ -181,7 +181,8 @@ class TurnManager:
             self._set_state(State.USER_SPEAKING, ev.t_ms, out)
         elif self._assistant_has_floor() and self._candidate is None:
             voiced = max(0, ev.voiced_ms)
-            self._candidate = Candidate(voiced_ms=voiced, heard=Span(voiced))
+            self._candidate = Candidate(voiced_ms=voiced, heard=Span(voiced),
+                                        echo_free=ev.echo_free)
             self._check_candidate(ev.t_ms, out)
         # In user_speaking the utterance is already open: nothing to do.
 
@@ -434,7 +435,7 @@ class TurnManager:
 
     def _check_candidate(self, t_ms: int, out: list[TurnAction]) -> None:
         cand = self._candidate
-        if cand is None or cand.voiced_ms < self.options.barge_in_min_ms:
+        if cand is None or cand.voiced_ms < self._pause_after_ms(cand):
             return
         self._candidate = None
         if self._active_turn is None:
@@ -453,16 +454,25 @@ class TurnManager:
             return  # the reply keeps the floor until the cut is decided
         if self._state is State.SPEAKING:
             out.append(BargeIn(turn_id=turn_id, t_ms=t_ms))
-            self._open_utterance()
+            self._open_utterance(interrupting=True)
         else:
             # Nothing played yet: withdraw the reply and reopen the user's turn.
             out.append(CancelResponse(turn_id=turn_id))
             reopened = self._active_user_text
-            self._open_utterance()
+            self._open_utterance(interrupting=True)
             self._prefix = reopened
         self._active_turn = None
         self._active_user_text = ""
         self._set_state(State.USER_SPEAKING, t_ms, out)
+
+    def _pause_after_ms(self, cand: Candidate) -> int:
+        """Voiced speech over the reply that counts: ``barge_in_min_ms``; none for speech
+        that cannot be the reply's echo over a reply that can pause (tentative): a pause
+        is cheap and resumes where it stopped, and what cuts is decided as ever."""
+        if (cand.echo_free and self.options.pause_at_onset and self._state is State.SPEAKING
+                and self.options.interruption.mode == "tentative"):
+            return 0
+        return self.options.barge_in_min_ms
 
     def _decide_pause(self, t_ms: int, out: list[TurnAction]) -> None:
         paused = self._paused_reply
@@ -502,15 +512,19 @@ class TurnManager:
                            paused=True))
         self._active_turn = None
         self._active_user_text = ""
-        self._open_utterance()
+        self._open_utterance(interrupting=True)
         if speaking:
             self._set_state(State.USER_SPEAKING, t_ms, out)
         elif not paused.finalized:
             self._set_state(State.LISTENING, t_ms, out)
 
-    def _open_utterance(self, *, keep_prefix: bool = False) -> None:
+    def _open_utterance(self, *, keep_prefix: bool = False, interrupting: bool = False) -> None:
+        """A new user utterance; ``interrupting``: it took the floor from the reply, and
+        ends by the fixed silence at the least (the semantic rule may wait longer)."""
         self._paused = False
         self._evidence.forget()
+        if interrupting:
+            self._evidence.hold_at_least(self.options.end_of_turn.fallback_ms)
         if not keep_prefix:
             self._prefix = ""
 

@@ -18,9 +18,12 @@ from assistant.turns.end_of_turn import (
 )
 from assistant.turns.events import (
     AudioCompleteness,
+    AudioStarted,
     CancelSpeculation,
     EndOfTurn,
+    FinalTranscript,
     PartialTranscript,
+    PlaybackDone,
     RequestAudioScore,
     RequestPartial,
     SetEndOfTurnSilence,
@@ -31,6 +34,7 @@ from assistant.turns.events import (
     TurnCompleteness,
     TurnRulesChanged,
 )
+from assistant.turns.interruption import InterruptionOptions
 from assistant.turns.options import TurnOptions
 from assistant.turns.turn_manager import TurnManager
 
@@ -325,3 +329,26 @@ def test_turning_speculation_off_drops_the_live_speculation() -> None:
     assert tm.speculation_id is None
     tm.handle(SpeechResumed(1300))
     assert tm.handle(ShortPause(1900)) == []  # nothing to ask for: no speculation
+
+
+def test_a_turn_that_interrupted_the_reply_ends_by_the_fixed_silence_at_the_least() -> None:
+    """"Wait," over the reply, then a breath: "Wait." reads complete, but the user who
+    took the floor goes on ("..., tell me about cats instead")."""
+    tm = TurnManager(TurnOptions(end_of_turn=SEM, interruption=InterruptionOptions(
+        mode="immediate")))
+    tm.handle(SpeechStarted(0))
+    tm.handle(EndOfTurn(1000, speech_end_ms=700))
+    tm.handle(FinalTranscript(1010, "tell me a story"))
+    tm.handle(AudioStarted(1100, 1))
+    tm.handle(SpeechStarted(2000, voiced_ms=200))  # the barge-in
+    tm.handle(ShortPause(2400))
+    tm.handle(PartialTranscript(2410, "Wait."))
+    assert tm.handle(TurnCompleteness(2430, 1, 0.9)) == [SetEndOfTurnSilence(550, 0.9)]
+    # The next turn, not an interruption, gets the short silence again.
+    tm.handle(EndOfTurn(3000, speech_end_ms=2400))
+    tm.handle(FinalTranscript(3010, "Wait."))
+    tm.handle(PlaybackDone(4000, 2))
+    tm.handle(SpeechStarted(5000))
+    tm.handle(ShortPause(6000))
+    tm.handle(PartialTranscript(6010, "what time is it"))
+    assert tm.handle(TurnCompleteness(6030, 2, 0.9)) == [SetEndOfTurnSilence(250, 0.9)]

@@ -36,7 +36,7 @@ from assistant.turns.events import (
 from assistant.turns.interruption import InterruptionOptions
 from assistant.turns.options import TurnOptions
 from assistant.turns.turn_manager import TurnManager
-from tests.assistant.test_turn_manager import ASK_AND_SPEAK, S, Step, T, U, run_table, sc
+from tests.assistant.test_turn_manager import ASK, ASK_AND_SPEAK, S, Step, T, U, run_table, sc
 
 # The decisions, with interim transcripts left to the display partials (see
 # test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_on).
@@ -261,7 +261,9 @@ def test_a_cut_decided_in_the_speech_s_pause_times_the_user_s_turn_from_there() 
          [BargeIn(1, 2080, paused=True), sc(2950, S, U), RequestPartial(),
           SetEndOfTurnSilence(550, None)], U),
         (PartialTranscript(2960, "Stop, please."), [StartSpeculation(1, "Stop, please.")], U),
-        (TurnCompleteness(3000, 1, 0.5), [SetEndOfTurnSilence(250, 0.5)], U),
+        # A turn that took the floor from the reply ends by the fixed silence at the
+        # least, however complete it reads ("Wait," is seldom all the user has to say).
+        (TurnCompleteness(3000, 1, 0.5), [SetEndOfTurnSilence(550, 0.5)], U),
         (EndOfTurn(3080, speech_end_ms=2600), [FinalizeUtterance(), sc(3080, U, T)], T),
         (FinalTranscript(3090, "Stop, please."),
          [StartResponse(2, "Stop, please.", 1, 2600)], T),
@@ -404,3 +406,35 @@ def test_a_pause_always_ends_in_exactly_one_resume_or_cut(events: list[TurnInput
         assert tm.paused_turn_id == paused
         if paused is not None:
             assert tm.state is S and tm.active_turn_id == paused
+
+
+def test_speech_that_cannot_be_the_echo_pauses_the_reply_at_its_onset() -> None:
+    """With the echo gate stood down (headphones), speech over the reply is the user's:
+    the reply pauses when the VAD confirms it, not after barge_in_min_ms of voice. What
+    cuts is decided as ever: here a backchannel, and the reply plays on."""
+    tm = run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120, echo_free=True), [PauseReply(1, 2000)], S),
+        (VoiceFrame(2000, True, 40), [], S),
+        (ShortPause(2300), [RequestPartial()], S),
+        (PartialTranscript(2350, "Mm-hmm."), [ResumeReply(1, 2350, "Mm-hmm.")], S),
+        (EndOfTurn(2600, speech_end_ms=2100), [DiscardUtterance()], S),
+    ], TENTATIVE)
+    assert tm.paused_turn_id is None
+
+
+def test_the_onset_pause_is_only_for_a_tentative_reply_that_plays() -> None:
+    # Immediate interruptions cut for good: barge_in_min_ms still decides them.
+    immediate = TurnOptions(barge_in_min_ms=200, speculate=True,
+                            interruption=InterruptionOptions(mode="immediate"))
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2000, voiced_ms=120, echo_free=True), [], S),
+        (VoiceFrame(2000, True, 40), [], S),
+        (VoiceFrame(2040, True, 40), [BargeIn(1, 2080), sc(2080, S, U)], U),
+    ], immediate)
+    # A reply not playing yet (thinking) is withdrawn only by speech that counts.
+    run_table([
+        *ASK,
+        (SpeechStarted(1750, voiced_ms=120, echo_free=True), [], T),
+    ], TENTATIVE)

@@ -203,6 +203,41 @@ def test_talk_with_aec_hears_a_barge_in_no_louder_than_its_own_echo(
     assert audible_between(speaker, stop_end - 0.2, stop_end) == 0.0, (stop_start, stop_end)
 
 
+def test_a_barge_in_in_the_first_second_of_the_first_reply_silences_it_at_once(
+        audio_server: VirtualAudioServer, demo_utterances: list[Path], tmp_path: Path) -> None:
+    """A headset (no echo path): the session's first question, then "Stop, please. That
+    is enough." 0.8 s into the reply, at the recording's level (under the 10 dB over
+    the reply the gate would want). The gate has decided by then that no echo reaches
+    the microphone, and the speech pauses the reply at its onset: the speaker falls
+    silent within half a second of the words (it took ~0.6 s when the gate decided only
+    after 1.5 s of playback and the pause waited for 200 ms of voice)."""
+    from audio.resample import resample
+    from audio.wav import read_wav
+
+    _, story, stop = demo_utterances
+    recorder = audio_server.record()
+    proc = _start_talk(audio_server, tmp_path, "--set", "llm.max_new_tokens=120")
+    try:
+        _play_until_speaking(audio_server, recorder, proc, story, 0.8)
+        fed = recorder.frames / BUS_RATE
+        audio_server.feed(stop, timeout_s=60)
+        proc.wait_for("two replies", lambda: len(proc.lines("assistant:")) >= 2, 120)
+        code = proc.stop(signal.SIGTERM)
+    finally:
+        proc.kill()
+        bus = recorder.stop()
+    assert code == 0, proc.stderr
+    assert foreign_stderr(proc.stderr, _ours) == []
+    assert proc.lines("assistant:")[0].endswith("[interrupted]"), proc.stdout
+    pcm, rate = read_wav(stop)
+    clip = resample(np.asarray(pcm, np.float32), rate, BUS_RATE).astype(np.float32)
+    (said, _), *_ = segments(clip)
+    stop_start = find_clip(bus[:, MIC], clip, fed, 2.0) + said
+    speaker = bus[:, SPEAKER]
+    assert audible_between(speaker, stop_start - 0.5, stop_start) > 0.1  # it was talking ...
+    assert audible_between(speaker, stop_start + 0.5, stop_start + 1.5) == 0.0  # ... not now
+
+
 def test_say_plays_through_the_device(audio_server: VirtualAudioServer, tmp_path: Path,
                                       asr_model_dir: Path) -> None:
     from audio.asr import ASROptions, Transcriber
