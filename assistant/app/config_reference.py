@@ -32,7 +32,7 @@ __all__ = ["render", "main"]
 _HEADER = f"""# Configuration reference
 
 <!-- Written by `python -m assistant.app.config_reference docs/configuration.md`
-     (`make docs`) from the typed schema in assistant/app/config.py; do not edit. -->
+     (`make docs`) from the typed schema in assistant/app/config_schema.py; do not edit. -->
 
 Every setting lives in one section of `config.yaml`. Precedence, highest first: a CLI
 flag (`--set section.key=value`, the value parsed as YAML) > the environment
