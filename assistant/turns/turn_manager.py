@@ -8,21 +8,8 @@ States: listening -> user_speaking -> thinking -> speaking -> listening, and an
 interruption moves speaking (or thinking) back to user_speaking.
 
 Rules
-- Speech while the assistant holds the floor (thinking or speaking) is a *candidate*
-  interruption. It interrupts only once it has been voiced for ``barge_in_min_ms``
-  (counting what the VAD heard before confirming the onset, and resetting at a short
-  pause), so a cough or click does not -- or once an interim transcript of it holds real
-  words (not backchannels), however short it is. A candidate that ends first is
-  discarded, and its audio never becomes a user turn.
-- A confirmed candidate while speaking is a :class:`BargeIn`; while thinking (nothing
-  played yet) it cancels the reply and reopens the user's turn, whose words are joined
-  with what the user says next. Either way the state becomes user_speaking.
-- With tentative interruptions (:mod:`assistant.turns.interruption`) a confirmed
-  candidate while speaking only pauses the reply (:class:`PauseReply`); the manager
-  follows the speech (its voiced time, pauses, interim/preview/final transcripts) until
-  :func:`~assistant.turns.interruption.decide` says: commit (the :class:`BargeIn`, with
-  the user's turn going on as above) or resume (:class:`ResumeReply`; the speech is
-  discarded, the reply holds the floor as if nothing happened).
+- Speech while the assistant holds the floor (thinking or speaking): see
+  :mod:`assistant.turns.over_reply` (a candidate interruption, a barge-in, a paused reply).
 - At each short pause inside the user's turn the manager asks ASR for a partial and,
   when the partial says something new, starts a speculation on it (replacing the
   previous one). At end of turn the latest speculation is handed to the response, which
@@ -50,7 +37,6 @@ from assistant.turns.events import (
     AudioCompleteness,
     AudioStarted,
     BargeIn,
-    CancelResponse,
     DiscardUtterance,
     EndOfTurn,
     FinalizeUtterance,
@@ -58,11 +44,8 @@ from assistant.turns.events import (
     InterimTranscript,
     Interrupt,
     PartialTranscript,
-    PauseReply,
     PlaybackDone,
-    RequestInterim,
     RequestPartial,
-    ResumeReply,
     ShortPause,
     SpeechResumed,
     SpeechStarted,
@@ -78,11 +61,11 @@ from assistant.turns.events import (
 )
 from assistant.turns.interruption import (
     Decision,
-    backchannel_only,
     decide,
     guessed,
 )
 from assistant.turns.options import TurnOptions
+from assistant.turns.over_reply import OverReply
 from assistant.turns.overlap import Candidate, PausedReply, Span
 from assistant.turns.pause_evidence import PauseEvidence
 
@@ -97,7 +80,7 @@ def join_text(head: str, tail: str) -> str:
     return head or tail
 
 
-class TurnManager:
+class TurnManager(OverReply):
     """The turn-taking state machine; see the module docstring for its rules."""
 
     def __init__(self, options: TurnOptions | None = None) -> None:
@@ -309,26 +292,6 @@ class TurnManager:
             out.append(FinalizeUtterance())
             self._set_state(State.THINKING, ev.t_ms, out)
 
-    def _on_interim(self, ev: InterimTranscript, out: list[TurnAction]) -> None:
-        if guessed(ev.text, ev.word_p, self.options.interruption):
-            return  # more audio, or the final transcript, decides
-        cand = self._candidate
-        if cand is not None and cand.heard.ms > 0:
-            # (A candidate that heard nothing yet, after a resume, gets no words: they are
-            # the decided speech's, asked for before it was decided.)
-            cand.text = ev.text  # known when it counts, if it ever does
-            if not backchannel_only(ev.text, self.options.interruption, in_progress=True):
-                # Real words interrupt however short the speech ("Stop, please": two
-                # bursts, each under barge_in_min_ms, the pause between them resetting it).
-                cand.voiced_ms = max(cand.voiced_ms, self.options.barge_in_min_ms)
-                self._check_candidate(ev.t_ms, out)
-        paused = self._paused_reply
-        if paused is not None and not paused.finalized:
-            # Decoded now, from audio up to now: all of the speech once it has stopped.
-            paused.text, paused.word_p = ev.text, ev.word_p
-            paused.text_current = paused.speech_ended
-            self._decide_pause(ev.t_ms, out)
-
     def _on_partial(self, ev: PartialTranscript, out: list[TurnAction]) -> None:
         paused = self._paused_reply
         if (paused is not None and paused.speech_ended and not paused.finalized
@@ -421,102 +384,6 @@ class TurnManager:
             self._set_state(State.LISTENING, ev.t_ms, out)
 
     # ------------------------------------------------------------------ helpers
-
-    def _ask_burst_words(self, cand: Candidate, out: list[TurnAction], *,
-                         ended: bool) -> None:
-        """Words of speech over the reply too short to count (see
-        :meth:`Candidate.words_due`): real words interrupt (`_on_interim`), a cough (no
-        words) or a backchannel does not."""
-        opts = self.options.interruption
-        if cand.words_due(ended=ended, min_words_ms=opts.min_words_ms,
-                          barge_in_min_ms=self.options.barge_in_min_ms,
-                          every_ms=opts.interim_every_ms):
-            out.append(RequestInterim())
-
-    def _check_candidate(self, t_ms: int, out: list[TurnAction]) -> None:
-        cand = self._candidate
-        if cand is None or cand.voiced_ms < self._pause_after_ms(cand):
-            return
-        self._candidate = None
-        if self._active_turn is None:
-            # Thinking, final transcript still pending: the user simply goes on.
-            self._open_utterance(keep_prefix=True)
-            self._set_state(State.USER_SPEAKING, t_ms, out)
-            return
-        turn_id = self._active_turn
-        if self._state is State.SPEAKING and self.options.interruption.mode == "tentative":
-            paused = PausedReply(turn_id, t_ms, cand.voiced_ms, text=cand.text)
-            self._paused_reply = paused
-            out.append(PauseReply(turn_id=turn_id, t_ms=t_ms))
-            self._decide_pause(t_ms, out)  # its words may be known already
-            if self._paused_reply is paused:
-                self._request_interim(paused, out)
-            return  # the reply keeps the floor until the cut is decided
-        if self._state is State.SPEAKING:
-            out.append(BargeIn(turn_id=turn_id, t_ms=t_ms))
-            self._open_utterance(interrupting=True)
-        else:
-            # Nothing played yet: withdraw the reply and reopen the user's turn.
-            out.append(CancelResponse(turn_id=turn_id))
-            reopened = self._active_user_text
-            self._open_utterance(interrupting=True)
-            self._prefix = reopened
-        self._active_turn = None
-        self._active_user_text = ""
-        self._set_state(State.USER_SPEAKING, t_ms, out)
-
-    def _pause_after_ms(self, cand: Candidate) -> int:
-        """Voiced speech over the reply that counts: ``barge_in_min_ms``; none for speech
-        that cannot be the reply's echo over a reply that can pause (tentative): a pause
-        is cheap and resumes where it stopped, and what cuts is decided as ever."""
-        if (cand.echo_free and self.options.pause_at_onset and self._state is State.SPEAKING
-                and self.options.interruption.mode == "tentative"):
-            return 0
-        return self.options.barge_in_min_ms
-
-    def _decide_pause(self, t_ms: int, out: list[TurnAction]) -> None:
-        paused = self._paused_reply
-        if paused is None or paused.finalized:
-            return  # finalized: the final transcript decides
-        decision = decide(paused.facts(), self.options.interruption)
-        if decision is Decision.COMMIT:
-            self._commit_pause(t_ms, out, speaking=True)
-            if paused.speech_ended:
-                # Decided inside the speech's pause ("Stop, please." heard at the pause):
-                # the pause is the user's turn's now (its end, its speculation).
-                self._enter_pause(out)
-        elif decision is Decision.RESUME:
-            self._resume(t_ms, out)
-            # The speech's utterance is still open: discarded when it ends, and more
-            # speech over the reply counts afresh.
-            self._candidate = Candidate(voiced_ms=0)
-
-    def _request_interim(self, paused: PausedReply, out: list[TurnAction]) -> None:
-        if paused.words_due(self.options.interruption.interim_every_ms):
-            out.append(RequestInterim())
-
-    def _resume(self, t_ms: int, out: list[TurnAction]) -> None:
-        paused = self._paused_reply
-        assert paused is not None
-        self._paused_reply = None
-        out.append(ResumeReply(turn_id=paused.turn_id, t_ms=t_ms, text=paused.text or ""))
-
-    def _commit_pause(self, t_ms: int, out: list[TurnAction], *, speaking: bool = False,
-                      reason: str = "speech") -> None:
-        """The paused reply's cut stands (a :class:`BargeIn` dated at the pause); with
-        ``speaking`` the user's turn is open and goes on (user_speaking)."""
-        paused = self._paused_reply
-        assert paused is not None
-        self._paused_reply = None
-        out.append(BargeIn(turn_id=paused.turn_id, t_ms=paused.t_ms, reason=reason,
-                           paused=True))
-        self._active_turn = None
-        self._active_user_text = ""
-        self._open_utterance(interrupting=True)
-        if speaking:
-            self._set_state(State.USER_SPEAKING, t_ms, out)
-        elif not paused.finalized:
-            self._set_state(State.LISTENING, t_ms, out)
 
     def _open_utterance(self, *, keep_prefix: bool = False, interrupting: bool = False) -> None:
         """A new user utterance; ``interrupting``: it took the floor from the reply, and
