@@ -67,13 +67,19 @@ def test_a_long_conversation_never_passes_the_limit_and_history_equals_the_seque
     assert dialogue.history_text_matches()
 
 
-def test_the_window_is_computed_in_the_background_not_at_the_turn_start() -> None:
-    engine, runner, dialogue = make(300)
-    peak: list[int] = []
+def run_until_hidden(engine: Any, dialogue: Dialogue, peak: list[int]) -> int:
+    """Turns until the window first hides the oldest exchange; the last turn's id."""
     turn = 0
     while not dialogue.conversation.hidden_turns:
         turn += 1
         run_turn(engine, dialogue, turn, f"tell me fact {turn}", peak)
+    return turn
+
+
+def test_the_window_is_computed_in_the_background_not_at_the_turn_start() -> None:
+    engine, runner, dialogue = make(300)
+    peak: list[int] = []
+    turn = run_until_hidden(engine, dialogue, peak)
     # The swap happened between turns: the next turn's prompt is all that is computed.
     before = engine.stats().tokens_computed
     dialogue.start_turn(turn + 1, "and one more", None)

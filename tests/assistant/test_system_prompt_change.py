@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from assistant.dialogue.dialogue import Dialogue, DialogueError, DialogueOptions
-from tests.assistant.test_context_window import make, run_turn
+from tests.assistant.test_context_window import make, run_turn, run_until_hidden
 from tests.engine.fake_runner import assert_cache_matches
 
 
@@ -67,10 +67,7 @@ def test_a_turn_started_before_the_recompute_finished_computes_the_rest_first() 
 def test_a_prompt_change_and_a_context_limit_share_one_recompute() -> None:
     engine, runner, dialogue = make(300)
     peak: list[int] = []
-    turn = 0
-    while not dialogue.conversation.hidden_turns:
-        turn += 1
-        run_turn(engine, dialogue, turn, f"tell me fact {turn}", peak)
+    turn = run_until_hidden(engine, dialogue, peak)
     new_prompt(dialogue, "From now on, answer in French.")
     for more in range(turn + 1, turn + 6):
         run_turn(engine, dialogue, more, f"tell me fact {more}", peak)

@@ -68,6 +68,21 @@ def _play_until_speaking(server: VirtualAudioServer, recorder: BusRecorder,
         recorder.samples()[:, SPEAKER], asked, 1e9) >= seconds, 120)
 
 
+def _talk_over_the_reply(server: VirtualAudioServer, recorder: BusRecorder,
+                         proc: AssistantProcess, asked: Path, said: Path,
+                         seconds: float) -> tuple[int, float]:
+    """Ask ``asked``, say ``said`` once ``seconds`` of the reply played, wait for the
+    second reply and stop talk: its exit code, and where ``said`` went into the bus."""
+    try:
+        _play_until_speaking(server, recorder, proc, asked, seconds)
+        fed = recorder.frames / BUS_RATE
+        server.feed(said, timeout_s=60)
+        proc.wait_for("two replies", lambda: len(proc.lines("assistant:")) >= 2, 120)
+        return proc.stop(signal.SIGTERM), fed
+    finally:
+        proc.kill()
+
+
 def test_talk_answers_is_cut_off_by_a_barge_in_and_answers_the_next_turn(
         audio_server: VirtualAudioServer, demo_utterances: list[Path], tmp_path: Path) -> None:
     question, story, stop = demo_utterances
@@ -173,13 +188,8 @@ def test_talk_with_aec_hears_a_barge_in_no_louder_than_its_own_echo(
                            "--set", "llm.max_new_tokens=120",
                            "--set", "turns.interruption=immediate")
         try:
-            _play_until_speaking(audio_server, recorder, proc, story, 1.0)
-            fed = recorder.frames / BUS_RATE
-            audio_server.feed(quiet, timeout_s=60)
-            proc.wait_for("two replies", lambda: len(proc.lines("assistant:")) >= 2, 120)
-            code = proc.stop(signal.SIGTERM)
+            code, fed = _talk_over_the_reply(audio_server, recorder, proc, story, quiet, 1.0)
         finally:
-            proc.kill()
             bus = recorder.stop()
     assert code == 0, proc.stderr
     assert foreign_stderr(proc.stderr, _ours) == []
@@ -218,13 +228,8 @@ def test_a_barge_in_in_the_first_second_of_the_first_reply_silences_it_at_once(
     recorder = audio_server.record()
     proc = _start_talk(audio_server, tmp_path, "--set", "llm.max_new_tokens=120")
     try:
-        _play_until_speaking(audio_server, recorder, proc, story, 0.8)
-        fed = recorder.frames / BUS_RATE
-        audio_server.feed(stop, timeout_s=60)
-        proc.wait_for("two replies", lambda: len(proc.lines("assistant:")) >= 2, 120)
-        code = proc.stop(signal.SIGTERM)
+        code, fed = _talk_over_the_reply(audio_server, recorder, proc, story, stop, 0.8)
     finally:
-        proc.kill()
         bus = recorder.stop()
     assert code == 0, proc.stderr
     assert foreign_stderr(proc.stderr, _ours) == []
