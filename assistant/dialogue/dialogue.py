@@ -150,7 +150,11 @@ class Dialogue:
     def history_text_matches(self) -> bool | None:
         """Whether the sequence decodes to the chat template's rendering of the history
         (None when the renderer cannot tell)."""
-        return self.conversation.renders_as(self.backend.tokenizer.decode(list(self._seq.tokens)))
+        return self.conversation.renders_as(self.sequence_text())
+
+    def sequence_text(self) -> str:
+        """The live sequence, decoded (for inspection and tests)."""
+        return str(self.backend.tokenizer.decode(list(self._seq.tokens)))
 
     # ------------------------------------------------------------------ settings
 

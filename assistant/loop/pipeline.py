@@ -147,6 +147,17 @@ class Pipeline:
         return self.tm.active_turn_id
 
     @property
+    def paused_turn_id(self) -> int | None:
+        """The reply paused by speech over it, its cut undecided (tentative), if any."""
+        return self.tm.paused_turn_id
+
+    @property
+    def interruptions_pause(self) -> bool:
+        """Speech over a reply pauses it until its words decide (tentative
+        interruptions), rather than cutting it at once."""
+        return self.tm.options.interruption.mode == "tentative"
+
+    @property
     def playing_turn_id(self) -> int | None:
         """The reply that owns the sink (from its start, before any audio), if any."""
         return self.playback.playing_turn_id

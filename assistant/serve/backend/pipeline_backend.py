@@ -383,7 +383,7 @@ class PipelineBackend:
         def read(d: Any) -> str:
             if d.live_turn_id is None and not d.in_sync():
                 raise RuntimeError("engine sequence differs from the conversation history")
-            return str(d.backend.tokenizer.decode(list(d.sequence.tokens)))
+            return str(d.sequence_text())
 
         return await pipeline.dialogue.query(read)
 
@@ -407,14 +407,14 @@ class PipelineBackend:
         a tentative pause (the client is not told), or a cut it reports itself."""
         pipeline = self._pipeline
         return self._cut_reported or (pipeline is not None
-                                      and pipeline.tm.paused_turn_id is not None)
+                                      and pipeline.paused_turn_id is not None)
 
     def _speech_over_reply(self) -> bool:
         """Speech starting now would be a tentative interruption of the reply in flight."""
         pipeline = self._pipeline
         return (pipeline is not None
                 and pipeline.state in (State.THINKING, State.SPEAKING)
-                and pipeline.tm.options.interruption.mode == "tentative")
+                and pipeline.interruptions_pause)
 
     def _on_chunk(self, turn: int, text: str, pcm: bytes) -> None:
         key = self._ledger.key_of(turn)
