@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from engine.detokenize import TokenizerLike
-from engine.events import FinishReason, GenerationResult, PrefillStats, TokenEvent
+from engine.events import FinishReason, PrefillStats, TokenEvent
 from engine.params import Priority, SamplingParams
-from engine.reply_text import CONTEXT_TOKENS, ReplyText, closing_cut
+from engine.reply_job import ReplyJob
+from engine.reply_text import CONTEXT_TOKENS, closing_cut
 from engine.sampler import Sampler
 
 if TYPE_CHECKING:
@@ -38,30 +38,25 @@ class JobState(enum.Enum):
     DONE = "done"
 
 
-class Job:
-    """Create with `Engine.enqueue`. `cancel()` may be called from any thread."""
+class Job(ReplyJob):
+    """Create with `Engine.enqueue`. `cancel()` may be called from any thread. What the
+    sampled ids mean (stops, lengths, events) is `engine.reply_job.ReplyJob`'s."""
 
     def __init__(self, job_id: int, seq: Sequence, params: SamplingParams, *,
                  prompt_ids: Iterable[int], priority: Priority, tokenizer: TokenizerLike,
                  eos_token_ids: Iterable[int]) -> None:
-        self.job_id = job_id
+        prompt = [int(t) for t in prompt_ids]
+        super().__init__(job_id, params, tokenizer=tokenizer, eos_token_ids=eos_token_ids,
+                         context=(list(seq.tokens) + prompt)[-CONTEXT_TOKENS:])
         self.seq = seq
-        self.params = params
         self.priority = priority
         self.state = JobState.PREFILL
-        self.result: GenerationResult | None = None
-        """Set when the job is done."""
         self.decode_steps = 0
-        self._prompt = [int(t) for t in prompt_ids]
+        self._prompt = prompt
         self._prompt_done = 0
-        self._prompt_stats = PrefillStats(0, 0, 0)
         self._base = 0  # sequence length once the prompt is in
-        self._pending: int | None = None
         self._closing: list[int] = []
-        self._text = ReplyText(params, tokenizer, eos_token_ids,
-                               (list(seq.tokens) + self._prompt)[-CONTEXT_TOKENS:])
-        self._sampler = Sampler(params, exempt=self._text.stop_ids)
-        self._inbox: deque[TokenEvent] = deque()
+        self._sampler = Sampler(params, exempt=self.stop_ids)
         self._cancel = threading.Event()
 
     # ---- caller side -------------------------------------------------------------------
@@ -74,21 +69,6 @@ class Job:
     @property
     def cancel_requested(self) -> bool:
         return self._cancel.is_set()
-
-    @property
-    def done(self) -> bool:
-        return self.state is JobState.DONE
-
-    @property
-    def generated(self) -> tuple[int, ...]:
-        """Every token sampled so far (stop token included)."""
-        return tuple(self._text.generated)
-
-    def take_events(self) -> list[TokenEvent]:
-        """Events produced since the last call (the job keeps its own copy of each)."""
-        events = list(self._inbox)
-        self._inbox.clear()
-        return events
 
     # ---- scheduler side ----------------------------------------------------------------
 
@@ -152,38 +132,22 @@ class Job:
     def finish_cancelled(self) -> list[TokenEvent]:
         """End now, touching nothing in the sequence (its tokens are those whose K/V was
         written). The event has token_id -1: no token goes with it."""
-        if self.done:
-            return []
-        in_seq = self._text.generated[:max(len(self.seq) - self._base, 0)] \
-            if not self.seq.released and self.state is JobState.DECODE else []
-        return self._finish(FinishReason.CANCELLED, -1, "", tuple(in_seq), close=False)
+        in_seq = len(self.seq) - self._base \
+            if not self.seq.released and self.state is JobState.DECODE else 0
+        return self._finish_cancelled(in_seq)
 
     # ---- helpers -----------------------------------------------------------------------
 
-    def _on_token(self, token_id: int) -> list[TokenEvent]:
-        step = self._text.add(token_id, room_for_next=self._room_for_next())
-        if step.finish is not None:
-            return self._finish(step.finish, token_id, step.delta, step.kept)
-        self._pending = token_id
-        return [self._event(token_id, step.delta, finished=False, reason=None)]
+    def _positions_left(self) -> int:
+        return self.seq.positions_left
 
-    def _room_for_next(self) -> bool:
-        """Whether the context can take the pending token, one more, and the end-of-turn
-        ids; when not, the job ends now (LENGTH) while the turn can still be closed."""
-        return self.seq.positions_left >= 2 + len(self.params.end_of_turn)
+    def _decode_steps(self) -> int:
+        return self.decode_steps
 
     def _finish(self, reason: FinishReason, token_id: int, delta: str,
                 kept: tuple[int, ...], *, close: bool = True) -> list[TokenEvent]:
-        text = self._text.end(delta)
         self.state = JobState.DONE
-        self._pending = None
-        self.result = GenerationResult(
-            token_ids=kept, text=text, finish_reason=reason, prompt=self._prompt_stats,
-            sampled_tokens=len(self._text.generated), decode_steps=self.decode_steps)
-        event = self._event(token_id, delta, finished=True, reason=reason)
-        if close:
-            self._close_turn(kept)
-        return [event]
+        return super()._finish(reason, token_id, delta, kept, close=close)
 
     def take_closing(self) -> list[int]:
         """The ids that close the turn, once the job is done: the sequence must be extended
@@ -200,10 +164,3 @@ class Job:
         seq.truncate(self._base + same)
         self._closing = list(tail)
 
-    def _event(self, token_id: int, delta: str, *, finished: bool,
-               reason: FinishReason | None) -> TokenEvent:
-        event = TokenEvent(token_id=token_id, text_delta=delta,
-                           index=len(self._text.generated) - (0 if token_id < 0 else 1),
-                           finished=finished, finish_reason=reason, job_id=self.job_id)
-        self._inbox.append(event)
-        return event
