@@ -45,8 +45,10 @@ from assistant.loop import event_log as log
 from assistant.loop.asr_worker import AsrWorker
 from assistant.loop.engine_client import DialogueClient
 from assistant.loop.metrics import compute_metrics
+from assistant.loop.output import OutputCallback, public_event
 from assistant.loop.playback import PlaybackController
 from assistant.loop.router import LoopParts, handle_output, poll_playback, run_action
+from assistant.loop.speech_gate import SpeechGate
 from assistant.loop.tasks import cancel_and_wait
 from assistant.loop.tts_worker import TtsWorker
 from assistant.loop.types import EntryCallback, PipelineError, PipelineOptions, PipelineResult
@@ -98,10 +100,12 @@ class Pipeline:
                  listener: Listener, clock: Clock, sink: Sink, asr_options: Any,
                  clauses: ClauseRule = DEFAULT_CLAUSES, options: PipelineOptions | None = None,
                  on_entry: EntryCallback | None = None, name: str = "",
-                 end_model: Any = None) -> None:
+                 end_model: Any = None, on_output: OutputCallback | None = None) -> None:
         """``dialogue(backend)`` builds the conversation on the engine thread of ``host``;
         ``end_model``: the audio end-of-turn model (`audio.smart_turn.SmartTurn`), asked
-        at pauses when the turn manager's options use it."""
+        at pauses when the turn manager's options use it. ``on_entry`` gets every event
+        log entry (diagnostics); ``on_output`` the public stream (`assistant.loop.output`),
+        which adapters act on."""
         self.options = options if options is not None else PipelineOptions()
         self.tm = turn_manager
         self.listener = listener
@@ -109,6 +113,8 @@ class Pipeline:
         self.sink = sink
         self.entries: list[log.Entry] = []
         self._on_entry = on_entry
+        self._on_output = on_output
+        self._speech_gate = SpeechGate()
         self._loop = asyncio.get_running_loop()
         self._inbox: asyncio.Queue[Any] = asyncio.Queue()
         post = self._post
@@ -342,6 +348,14 @@ class Pipeline:
         self.entries.append(entry)
         if self._on_entry is not None:
             self._on_entry(entry)
+        if self._on_output is not None:
+            # Speech starting while a reply holds the floor is held until it counts.
+            over_reply = (isinstance(entry, log.SpeechStartedEntry) and self.interruptions_pause
+                          and self.state in (State.THINKING, State.SPEAKING))
+            for passed in self._speech_gate.feed(entry, over_reply=over_reply):
+                event = public_event(passed)
+                if event is not None:
+                    self._on_output(event)
 
     def _apply_vad(self) -> None:
         vad = self._pending_vad

@@ -21,6 +21,7 @@ from assistant.llm.host import EngineHost
 from assistant.llm.local import LocalBackend
 from assistant.llm.step_gate import StepGate
 from assistant.loop import event_log as log
+from assistant.loop import output as out
 from assistant.loop.pipeline import Pipeline, PipelineOptions, PipelineResult
 from assistant.speech.listener import Listener
 from assistant.speech.voice import ClauseRule
@@ -56,6 +57,8 @@ class FakeRun:
     result: PipelineResult
     heard: np.ndarray
     synth: ToneSynthesizer
+    outputs: list[out.ConversationEvent]
+    """The public stream, as an adapter gets it."""
 
     def of(self, cls: type) -> list:  # type: ignore[type-arg]
         return [e for e in self.result.entries if isinstance(e, cls)]
@@ -73,12 +76,14 @@ async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize:
     sink = WavSink(tmp / "heard.wav", clock, RATE)
     engine, template = scripted_engine()
     host = EngineHost(LocalBackend(engine), gate=gate)
+    outputs: list[out.ConversationEvent] = []
     pipeline = Pipeline(
         host=host, dialogue=scripted_dialogue(template), transcriber=transcriber,
         synthesizer=synth,
         turn_manager=TurnManager(turns), listener=Listener(VAD, None, ToneClassifier()),
         clock=clock, sink=sink, asr_options=StreamingASROptions(), clauses=ClauseRule(min_chars=6),
-        options=PipelineOptions(virtual=True, presynthesize=presynthesize, pause_priority=True))
+        options=PipelineOptions(virtual=True, presynthesize=presynthesize, pause_priority=True),
+        on_output=outputs.append)
     try:
         for start in range(0, signal.size - FRAME + 1, FRAME):
             clock.wait_until(start + FRAME)
@@ -92,7 +97,7 @@ async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize:
     engine.check()
     assert engine.stats().sequences == 0  # the conversation was released on close
     heard, _ = read_wav(tmp / "heard.wav")
-    return FakeRun(result, np.asarray(heard, np.float32), synth)
+    return FakeRun(result, np.asarray(heard, np.float32), synth, outputs)
 
 
 def run(signal: np.ndarray, tmp: Path, *, barge_in_min_ms: int = 200, speculate: bool = True,
@@ -124,6 +129,14 @@ def test_question_and_answer_with_a_speculation_hit(tmp_path: Path) -> None:
     m = r.result.metrics
     assert m.sequence_matches_history and m.history_text_matches
     assert m.voice_to_voice_ms == (audio.t_ms - stopped.speech_end_ms,)
+    # What an adapter hears of it: the typed public stream, in order.
+    assert r.outputs == [
+        out.SpeechStarted(r.of(log.SpeechStartedEntry)[0].t_ms),
+        out.SpeechStopped(stopped.t_ms, stopped.speech_end_ms, discarded=False),
+        out.TranscriptFinal(final[0].t_ms, final[0].text),
+        out.ResponseStarted(started[0].t_ms, 1, 0, started[0].prompt_tokens_reused),
+        out.ResponseDone(done[0].t_ms, 1, done[0].text, done[0].generated_tokens,
+                         interrupted=False)]
 
 
 @pytest.mark.parametrize("into_reply_ms", [700, 1600])
@@ -170,6 +183,10 @@ def test_short_voiced_burst_does_not_interrupt(tmp_path: Path) -> None:
     done = r.of(log.ResponseDoneEntry)
     assert len(done) == 1 and not done[0].interrupted
     assert [t["role"] for t in r.result.conversation] == ["system", "user", "assistant"]
+    # The public stream says the burst was no turn (immediate interruptions: the speech
+    # is published as it comes, then discarded).
+    stopped = [e for e in r.outputs if isinstance(e, out.SpeechStopped)]
+    assert [e.discarded for e in stopped] == [False, True]
 
 
 def test_same_burst_with_words_interrupts(tmp_path: Path) -> None:
@@ -310,3 +327,11 @@ def test_a_paused_reply_holds_the_engine_until_its_cut_is_decided(
     (start, held), (end, released) = gate.changes
     assert held and not released and not gate.held
     assert paused.t_ms <= start < decided[0].t_ms <= end <= decided[0].t_ms + 20
+    # The public stream: the speech over the reply is the user's turn only once its cut
+    # stands (published then, from its own start); a cough the reply played on over is
+    # never published at all.
+    started = [e for e in r.outputs if isinstance(e, out.SpeechStarted)]
+    assert len(started) == (2 if words else 1)
+    if words:
+        assert started[1].t_ms < paused.t_ms  # its own time, published at the cut
+    assert sum(isinstance(e, out.ResponseDone) for e in r.outputs) == 1 + int(words)

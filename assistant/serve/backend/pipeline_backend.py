@@ -27,8 +27,10 @@ pipeline's public API:
 Interruptions follow the session's turn options (``turns.interruption``; tentative by
 default, see :func:`~assistant.serve.backend.settings_map.turn_options`). While speech
 over a reply is undecided the `NetworkSink` sends nothing more of the reply (the client
-plays out the little it holds) and the `SpeechGate` keeps the speech's events from the
-client, whose ``speech_started`` would stop and truncate the reply: a backchannel or a
+plays out the little it holds) and the conversation's public stream
+(`assistant.loop.output`, which this backend translates into the session's events) holds
+the speech's events back, since the client's ``speech_started`` would stop and truncate
+the reply: a backchannel or a
 cough resumes the same response's audio and is never a user item; real words commit, and
 the client hears ``speech_started`` (with the speech's own start) and then the response
 ending as ``cancelled`` / ``turn_detected``, cut to the audio it had played.
@@ -46,6 +48,7 @@ import numpy.typing as npt
 
 from assistant.dialogue.recut import recut_last_reply
 from assistant.loop import event_log as L
+from assistant.loop import output as O
 from assistant.loop.tasks import cancel_and_wait
 from assistant.serve.backend import contract as B
 from assistant.serve.backend.ledger import ResponseLedger
@@ -54,8 +57,6 @@ from assistant.serve.backend.network_io import NetworkSource, RecordingSynthesiz
 from assistant.serve.backend.network_sink import NetworkSink
 from assistant.serve.backend.settings_map import dialogue_options, turn_options, vad_options
 from assistant.serve.backend.shared import SharedRuntime
-from assistant.serve.backend.speech_gate import SpeechGate
-from assistant.turns.events import State
 from audio.clock import VirtualClock
 
 if TYPE_CHECKING:
@@ -85,7 +86,6 @@ class PipelineBackend:
                                  current_turn=self._playing_turn, emit=self._on_chunk,
                                  delta_ms=runtime.audio_delta_ms, lead_ms=runtime.audio_lead_ms,
                                  keeps_sent=self._client_keeps_playing)
-        self._gate = SpeechGate()
         self._cut_reported = False
         """A cut the client reports itself (``conversation.item.truncate``) is in progress."""
         self._pipeline: Pipeline | None = None
@@ -124,7 +124,6 @@ class PipelineBackend:
     async def _run(self) -> None:
         pipeline = self._build(self._settings)
         self._pipeline = pipeline
-        self._gate = SpeechGate()
         try:
             self._ready.set()
             await pipeline.run(self._source.frames())
@@ -165,7 +164,7 @@ class PipelineBackend:
             options=PipelineOptions(
                 presynthesize="audio" in settings.output_modalities,
                 first_clause_priority=rt.cfg.tts.first_clause_priority),
-            on_entry=self._on_entry,
+            on_output=self._on_output,
             end_model=rt.models.end_model,
         )
 
@@ -409,13 +408,6 @@ class PipelineBackend:
         return self._cut_reported or (pipeline is not None
                                       and pipeline.paused_turn_id is not None)
 
-    def _speech_over_reply(self) -> bool:
-        """Speech starting now would be a tentative interruption of the reply in flight."""
-        pipeline = self._pipeline
-        return (pipeline is not None
-                and pipeline.state in (State.THINKING, State.SPEAKING)
-                and pipeline.interruptions_pause)
-
     def _on_chunk(self, turn: int, text: str, pcm: bytes) -> None:
         key = self._ledger.key_of(turn)
         if key is None or turn != self._ledger.open_turn:
@@ -425,71 +417,67 @@ class PipelineBackend:
         if pcm:
             self._emit(B.ResponseAudio(response_key=key, pcm=pcm))
 
-    def _on_entry(self, entry: L.Entry) -> None:
-        over_reply = isinstance(entry, L.SpeechStartedEntry) and self._speech_over_reply()
-        for passed in self._gate.feed(entry, over_reply=over_reply):
-            handler = _ENTRY_HANDLERS.get(type(passed))
-            if handler is not None:
-                handler(self, passed)
+    def _on_output(self, event: O.ConversationEvent) -> None:
+        _OUTPUT_HANDLERS[type(event)](self, event)
 
-    def _on_speech_started(self, entry: L.SpeechStartedEntry) -> None:
+    def _on_speech_started(self, event: O.SpeechStarted) -> None:
         td = self._settings.turn_detection or B.TurnDetectionSettings()
         self._speech_start_ms = max(
-            0, entry.t_ms - self._rt.vad_options.min_speech_ms - td.prefix_padding_ms)
+            0, event.t_ms - self._rt.vad_options.min_speech_ms - td.prefix_padding_ms)
         self._emit(B.SpeechStarted(audio_start_ms=self._speech_start_ms))
 
-    def _on_speech_stopped(self, entry: L.SpeechStoppedEntry) -> None:
-        self._emit(B.SpeechStopped(audio_end_ms=entry.t_ms))
-        if not entry.discarded:
+    def _on_speech_stopped(self, event: O.SpeechStopped) -> None:
+        self._emit(B.SpeechStopped(audio_end_ms=event.t_ms))
+        if not event.discarded:
             self._awaiting_transcripts += 1
-            self._emit(B.InputCommitted(audio_ms=max(0, entry.speech_end_ms
+            self._emit(B.InputCommitted(audio_ms=max(0, event.speech_end_ms
                                                      - self._speech_start_ms)))
 
-    def _on_transcript(self, entry: L.TranscriptFinalEntry) -> None:
+    def _on_transcript(self, event: O.TranscriptFinal) -> None:
         if self._awaiting_transcripts > 0:
             self._awaiting_transcripts -= 1
-            self._emit(B.UserTranscript(text=entry.text,
-                                        audio_ms=max(0, entry.t_ms - self._speech_start_ms)))
+            self._emit(B.UserTranscript(text=event.text,
+                                        audio_ms=max(0, event.t_ms - self._speech_start_ms)))
 
-    def _on_response_started(self, entry: L.ResponseStartedEntry) -> None:
+    def _on_response_started(self, event: O.ResponseStarted) -> None:
         pipeline = self._pipeline
-        if pipeline is None or entry.turn_id != pipeline.active_turn_id:
+        if pipeline is None or event.turn_id != pipeline.active_turn_id:
             return  # a reply withdrawn before it started
-        key = self._ledger.start(entry.turn_id, B.TokenUsage(
-            input_tokens=entry.prompt_tokens_reused + entry.prompt_tokens_computed,
-            cached_tokens=entry.prompt_tokens_reused))
+        key = self._ledger.start(event.turn_id, B.TokenUsage(
+            input_tokens=event.prompt_tokens_reused + event.prompt_tokens_computed,
+            cached_tokens=event.prompt_tokens_reused))
         # Text only: no speech, so the text goes out as it is generated (the TTS worker
         # speaks this turn's clauses after this, in order).
         modalities = self._requested_modalities.pop(key, self._settings.output_modalities)
-        self._recorder.set_text_only(entry.turn_id, "audio" not in modalities)
-        self._recorder.forget_before(entry.turn_id - 4)
-        self._sink.forget_before(entry.turn_id - 4)
-        self._ledger.forget_before(entry.turn_id - 4)
+        self._recorder.set_text_only(event.turn_id, "audio" not in modalities)
+        self._recorder.forget_before(event.turn_id - 4)
+        self._sink.forget_before(event.turn_id - 4)
+        self._ledger.forget_before(event.turn_id - 4)
         self._emit(B.ResponseStarted(response_key=key))
 
-    def _on_response_done(self, entry: L.ResponseDoneEntry) -> None:
-        done = self._ledger.finish(entry.turn_id, text=entry.text,
-                                   output_tokens=entry.generated_tokens,
-                                   interrupted=entry.interrupted)
+    def _on_response_done(self, event: O.ResponseDone) -> None:
+        done = self._ledger.finish(event.turn_id, text=event.text,
+                                   output_tokens=event.generated_tokens,
+                                   interrupted=event.interrupted)
         if done is not None:
             self._emit(done)
 
-    def _on_response_withdrawn(self, entry: L.ResponseWithdrawnEntry) -> None:
-        done = self._ledger.withdraw(entry.turn_id)
+    def _on_response_withdrawn(self, event: O.ResponseWithdrawn) -> None:
+        done = self._ledger.withdraw(event.turn_id)
         if done is not None:
             self._emit(done)
 
-    def _on_engine_failed(self, entry: L.EngineFailedEntry) -> None:
-        self._emit(B.BackendFailure(code="engine_failed", message=entry.error))
+    def _on_engine_failed(self, event: O.Failure) -> None:
+        self._emit(B.BackendFailure(code="engine_failed", message=event.error))
 
 
-_ENTRY_HANDLERS: dict[type, Any] = {
-    L.SpeechStartedEntry: PipelineBackend._on_speech_started,
-    L.SpeechStoppedEntry: PipelineBackend._on_speech_stopped,
-    L.TranscriptFinalEntry: PipelineBackend._on_transcript,
-    L.ResponseStartedEntry: PipelineBackend._on_response_started,
-    L.ResponseDoneEntry: PipelineBackend._on_response_done,
-    L.ResponseWithdrawnEntry: PipelineBackend._on_response_withdrawn,
-    L.EngineFailedEntry: PipelineBackend._on_engine_failed,
+_OUTPUT_HANDLERS: dict[type, Any] = {
+    O.SpeechStarted: PipelineBackend._on_speech_started,
+    O.SpeechStopped: PipelineBackend._on_speech_stopped,
+    O.TranscriptFinal: PipelineBackend._on_transcript,
+    O.ResponseStarted: PipelineBackend._on_response_started,
+    O.ResponseDone: PipelineBackend._on_response_done,
+    O.ResponseWithdrawn: PipelineBackend._on_response_withdrawn,
+    O.Failure: PipelineBackend._on_engine_failed,
 }
-"""Pipeline event-log entry type -> what the Realtime session hears of it."""
+"""The conversation's public event type -> what the Realtime session hears of it."""

@@ -71,7 +71,7 @@ def turn_options(base: TurnOptions, settings: B.SessionSettings) -> TurnOptions:
     playback (:class:`~assistant.serve.backend.network_sink.NetworkSink`'s lead), sends
     no more of it while an interruption is undecided, and tells the client about the
     speech only once it is the user's turn
-    (:class:`~assistant.serve.backend.speech_gate.SpeechGate`): a backchannel resumes the
+    (:class:`~assistant.loop.speech_gate.SpeechGate`): a backchannel resumes the
     same response, real words end it as ``cancelled`` / ``turn_detected``."""
     td = settings.turn_detection or B.TurnDetectionSettings()
     options = dataclasses.replace(base, end_of_turn=end_of_turn(base, td))

@@ -1,10 +1,11 @@
-"""Speech over a reply, kept from the client until it is the user's turn.
+"""Speech over a reply, kept out of the public output until it is the user's turn.
 
-A Realtime client stops its playback on ``input_audio_buffer.speech_started`` and
-truncates the reply, so telling it about speech that turns out to be a backchannel or a
-cough would make a resume impossible. With tentative interruptions the session therefore
-holds back the input events of speech that starts while the assistant holds the floor
-(thinking or speaking), until the turn manager has decided:
+A client of the conversation (a Realtime client, say) stops its playback on "speech
+started" and truncates the reply, so telling it about speech that turns out to be a
+backchannel or a cough would make a resume impossible. With tentative interruptions the
+public stream (:mod:`assistant.loop.output`) therefore holds back the input events of
+speech that starts while the assistant holds the floor (thinking or speaking), until the
+turn manager has decided:
 
 - the speech is the user's turn (the pause commits -- ``interruption_committed`` --, or
   the user takes the floor: state ``user_speaking``): the held entries are released, in
@@ -19,7 +20,7 @@ holds back the input events of speech that starts while the assistant holds the 
 A reply that resumes while the speech's utterance is still open stays held: the
 utterance ends discarded, or (more speech) counts afresh.
 
-Pure: pipeline event-log entries in, the entries the session should act on out.
+Pure: pipeline event-log entries in, the entries to publish out, in order.
 """
 
 from __future__ import annotations

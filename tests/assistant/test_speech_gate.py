@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from assistant.loop import event_log as L
-from assistant.serve.backend.speech_gate import SpeechGate
+from assistant.loop.speech_gate import SpeechGate
 
 START = L.SpeechStartedEntry(1000)
 PAUSED = L.InterruptionPausedEntry(1200, 3, 4000, 0)

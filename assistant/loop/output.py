@@ -1,0 +1,123 @@
+"""The conversation's public output: what an adapter (the daemon, a UI) acts on.
+
+The event log (:mod:`assistant.loop.event_log`) is the loop's diagnostics: every decision
+with its figures, for replays, benches and tests. This is the smaller, typed stream an
+adapter translates into its own protocol, one event for one of its events: the user's
+speech and transcript, each response's start and end, a failure. Speech over a reply is
+published only once it is the user's turn (:mod:`assistant.loop.speech_gate`): a
+backchannel or a cough that the reply plays on over never appears here.
+
+Subscribe with ``Pipeline(on_output=...)``; events come on the event loop, in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from assistant.loop import event_log as log
+
+__all__ = [
+    "ConversationEvent",
+    "Failure",
+    "OutputCallback",
+    "ResponseDone",
+    "ResponseStarted",
+    "ResponseWithdrawn",
+    "SpeechStarted",
+    "SpeechStopped",
+    "TranscriptFinal",
+    "public_event",
+]
+
+
+@dataclass(frozen=True)
+class SpeechStarted:
+    """The user began speaking (confirmed by the VAD; over a reply: once it counts)."""
+
+    t_ms: int
+    """When the VAD confirmed the speech (its onset is ``vad.min_speech_ms`` earlier)."""
+
+
+@dataclass(frozen=True)
+class SpeechStopped:
+    """The user's utterance ended (the end of turn, or a discarded utterance)."""
+
+    t_ms: int
+    """When the turn's end was decided."""
+    speech_end_ms: int
+    """Where the speech itself ended."""
+    discarded: bool
+    """The utterance said nothing that counts (no words, a backchannel): no user turn."""
+
+
+@dataclass(frozen=True)
+class TranscriptFinal:
+    """The final transcript of the user's utterance that just ended."""
+
+    t_ms: int
+    text: str
+
+
+@dataclass(frozen=True)
+class ResponseStarted:
+    """Reply ``turn_id`` started (its prompt is in the model's context)."""
+
+    t_ms: int
+    turn_id: int
+    prompt_tokens_computed: int
+    prompt_tokens_reused: int
+    """Of the context's tokens, those computed now and those reused from the KV cache."""
+
+
+@dataclass(frozen=True)
+class ResponseDone:
+    """Reply ``turn_id`` is closed in the history and the cache."""
+
+    t_ms: int
+    turn_id: int
+    text: str
+    """What the history keeps of it: the words played (all of them unless interrupted)."""
+    generated_tokens: int
+    interrupted: bool
+
+
+@dataclass(frozen=True)
+class ResponseWithdrawn:
+    """Reply ``turn_id`` was taken back before any of it played (the user went on)."""
+
+    t_ms: int
+    turn_id: int
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The conversation's engine failed; the conversation is over."""
+
+    t_ms: int
+    error: str
+
+
+ConversationEvent = (SpeechStarted | SpeechStopped | TranscriptFinal | ResponseStarted
+                     | ResponseDone | ResponseWithdrawn | Failure)
+OutputCallback = Callable[[ConversationEvent], None]
+
+
+def public_event(entry: log.Entry) -> ConversationEvent | None:
+    """The public event a log entry announces, if any."""
+    convert = _PUBLIC.get(type(entry))
+    return None if convert is None else convert(entry)
+
+
+_PUBLIC: dict[type, Callable[..., ConversationEvent]] = {
+    log.SpeechStartedEntry: lambda e: SpeechStarted(e.t_ms),
+    log.SpeechStoppedEntry: lambda e: SpeechStopped(e.t_ms, e.speech_end_ms, e.discarded),
+    log.TranscriptFinalEntry: lambda e: TranscriptFinal(e.t_ms, e.text),
+    log.ResponseStartedEntry: lambda e: ResponseStarted(
+        e.t_ms, e.turn_id, e.prompt_tokens_computed, e.prompt_tokens_reused),
+    log.ResponseDoneEntry: lambda e: ResponseDone(e.t_ms, e.turn_id, e.text,
+                                                  e.generated_tokens, e.interrupted),
+    log.ResponseWithdrawnEntry: lambda e: ResponseWithdrawn(e.t_ms, e.turn_id),
+    log.EngineFailedEntry: lambda e: Failure(e.t_ms, e.error),
+}
+"""Log entry type -> its public event (the other entries are diagnostics only)."""
