@@ -51,9 +51,19 @@ class RealModelInFastTest(RuntimeError):
     """A test not marked ``slow`` reached a packaged model."""
 
 
+@pytest.fixture(scope="session")
+def _packaged_llm() -> Path | None:
+    """Where the packaged SmolLM2 lies (None: not installed), located once."""
+    try:
+        return models.package_dir(models.LLM_PACKAGE).resolve()
+    except models.ModelNotFoundError:
+        return None
+
+
 @pytest.fixture(autouse=True)
 def _real_models_only_in_slow_tests(request: pytest.FixtureRequest,
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
+                                    monkeypatch: pytest.MonkeyPatch,
+                                    _packaged_llm: Path | None) -> None:
     if request.node.get_closest_marker("slow") is not None:
         return
 
@@ -69,13 +79,9 @@ def _real_models_only_in_slow_tests(request: pytest.FixtureRequest,
         refuse("a Piper voice")
 
     convert = llm_convert.convert_gguf
-    try:
-        packaged_llm: Path | None = models.package_dir(models.LLM_PACKAGE).resolve()
-    except models.ModelNotFoundError:
-        packaged_llm = None
 
     def no_packaged_llm(gguf: Path, *args: Any, **kwargs: Any) -> Path:
-        if packaged_llm is not None and packaged_llm in Path(gguf).resolve().parents:
+        if _packaged_llm is not None and _packaged_llm in Path(gguf).resolve().parents:
             refuse("the packaged SmolLM2")
         return convert(gguf, *args, **kwargs)
 
