@@ -198,10 +198,10 @@ def test_check_reports_corrupted_bookkeeping() -> None:
         with pytest.raises(EngineInvariantError, match="differ|key does not match"):
             engine.check()
         info.tokens[0] = 1
-        seq._tokens.append(7)  # KV length != token count
+        seq._table.tokens.append(7)  # KV length != token count
         with pytest.raises(EngineInvariantError, match="tokens"):
             engine.check()
-        seq._tokens.pop()
+        seq._table.tokens.pop()
         engine.check()
 
 
