@@ -45,7 +45,7 @@ from assistant.loop import event_log as log
 from assistant.loop.live import threaded_frames
 from assistant.loop.metrics import Metrics, percentile
 from assistant.loop.pipeline import PipelineOptions
-from assistant.loop.setup import LoopModels, build_pipeline, load_models, open_live_audio
+from assistant.loop.setup import LoopModels, load_models, open_conversation, open_live_audio
 from assistant.replay.report import format_table
 from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Say, render_scenario
@@ -152,9 +152,9 @@ async def live_run(models: LoopModels, cfg: AppConfig, wav: Path,
                    server: VirtualAudioServer, tail_s: float = 8.0) -> LiveRun:
     live = open_live_audio(cfg, models)
     entries: list[log.Entry] = []
-    pipeline = build_pipeline(models, cfg, clock=live.clock, sink=live.sink, echo=live.echo,
-                              virtual=False, on_entry=entries.append,
-                              pipeline_options=PipelineOptions(output_gain_db=-20.0))  # as talk
+    pipeline = open_conversation(models, cfg, clock=live.clock, sink=live.sink, echo=live.echo,
+                                 on_entry=entries.append,
+                                 pipeline_options=PipelineOptions(output_gain_db=-20.0))  # as talk
     lags: list[float] = []
     rate = cfg.audio.sample_rate
     taps: list[AudioChunk] = []
@@ -187,7 +187,6 @@ async def live_run(models: LoopModels, cfg: AppConfig, wav: Path,
             await asyncio.sleep(0.1)
             waited += 0.1
         await asyncio.sleep(1.0)
-        await pipeline.settle_workers()
         result = await pipeline.finish()
     finally:
         live.mic.close()

@@ -11,14 +11,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from assistant.app.config import AppConfig
-from assistant.loop.event_log import (
-    Entry,
-    ResponseDoneEntry,
-    SpeculationHitEntry,
-    StateEntry,
-    TranscriptFinalEntry,
-    TranscriptPartialEntry,
-)
+from assistant.loop import output as O
 
 __all__ = ["register", "run", "TerminalView"]
 
@@ -53,26 +46,29 @@ def _overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 class TerminalView:
-    """Prints the state and transcripts as the conversation goes (one entry at a time)."""
+    """Prints the state and transcripts as the conversation goes: a subscriber of the
+    conversation's public output (`assistant.loop.output`)."""
 
     def __init__(self, out: IO[str] | None = None) -> None:
         self.out = out if out is not None else sys.stdout
         self.state = "listening"
         self._partial = False
 
-    def __call__(self, entry: Entry) -> None:
-        if isinstance(entry, StateEntry):
-            self.state = entry.state
-            self._status(f"[{entry.state}]")
-        elif isinstance(entry, TranscriptPartialEntry):
-            self._status(f"[{self.state}] you: {entry.text} ...")
-        elif isinstance(entry, TranscriptFinalEntry) and entry.text:
-            self._line(f"you: {entry.text}")
-        elif isinstance(entry, SpeculationHitEntry):
+    def __call__(self, event: O.ConversationEvent) -> None:
+        if isinstance(event, O.StateChanged):
+            self.state = event.state
+            self._status(f"[{event.state}]")
+        elif isinstance(event, O.TranscriptDelta):
+            self._status(f"[{self.state}] you: {event.text} ...")
+        elif isinstance(event, O.TranscriptFinal) and event.text:
+            self._line(f"you: {event.text}")
+        elif isinstance(event, O.ResponseStarted) and event.speculated:
             self._status(f"[{self.state}] (reply was ready: speculation hit)")
-        elif isinstance(entry, ResponseDoneEntry):
-            cut = "  [interrupted]" if entry.interrupted else ""
-            self._line(f"assistant: {entry.text}{cut}")
+        elif isinstance(event, O.ResponseDone):
+            cut = "  [interrupted]" if event.interrupted else ""
+            self._line(f"assistant: {event.text}{cut}")
+        elif isinstance(event, O.Failure):
+            self._line(f"error: {event.error}")
 
     def _status(self, text: str) -> None:
         self.out.write("\r\x1b[2K" + text[:160])
@@ -105,7 +101,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
     from assistant.app.heap import freeze_loaded
     from assistant.loop.live import converse, threaded_frames
     from assistant.loop.pipeline import PipelineOptions
-    from assistant.loop.setup import build_pipeline, load_models, open_live_audio
+    from assistant.loop.setup import load_models, open_conversation, open_live_audio
     from audio.devices import resolve_device
 
     # Fail on a missing device before spending seconds on the models.
@@ -121,12 +117,11 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         stop = asyncio.Event()
         undo_signals = stop_on_signals(asyncio.get_running_loop(), stop)
         try:
-            pipeline = build_pipeline(models, cfg, clock=clock, sink=sink, echo=echo,
-                                      virtual=False, on_entry=view,
-                                      pipeline_options=PipelineOptions(
-                                          output_gain_db=args.output_gain))
+            conversation = open_conversation(models, cfg, clock=clock, sink=sink, echo=echo,
+                                             on_output=view, pipeline_options=PipelineOptions(
+                                                 output_gain_db=args.output_gain))
             print("listening -- speak; Ctrl-C to quit", file=sys.stderr, flush=True)
-            await converse(pipeline, threaded_frames(mic), stop, mic.close)
+            await converse(conversation, threaded_frames(mic), stop, mic.close)
         finally:
             mic.close()  # idempotent; the speaker goes only after the pipeline stopped
             sink.close()

@@ -233,7 +233,7 @@ class ResponseWithdrawnEntry(Entry):
 
 @dataclass(frozen=True)
 class TextTurnEntry(Entry):
-    """A user turn given as text (``Pipeline.submit_text_turn``), not heard."""
+    """A user turn given as text (``Conversation.submit_text``), not heard."""
 
     type: ClassVar[str] = "text_turn"
     turn_id: int

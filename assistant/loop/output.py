@@ -3,11 +3,12 @@
 The event log (:mod:`assistant.loop.event_log`) is the loop's diagnostics: every decision
 with its figures, for replays, benches and tests. This is the smaller, typed stream an
 adapter translates into its own protocol, one event for one of its events: the user's
-speech and transcript, each response's start and end, a failure. Speech over a reply is
+speech and transcript (in progress and final), who holds the floor, each response's
+start and end, a failure. Speech over a reply is
 published only once it is the user's turn (:mod:`assistant.loop.speech_gate`): a
 backchannel or a cough that the reply plays on over never appears here.
 
-Subscribe with ``Pipeline(on_output=...)``; events come on the event loop, in order.
+Subscribe with ``Conversation.open(..., on_output=...)``; events come on the event loop, in order.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ __all__ = [
     "ResponseWithdrawn",
     "SpeechStarted",
     "SpeechStopped",
+    "StateChanged",
+    "TranscriptDelta",
     "TranscriptFinal",
     "public_event",
 ]
@@ -52,6 +55,15 @@ class SpeechStopped:
 
 
 @dataclass(frozen=True)
+class TranscriptDelta:
+    """The transcript of the utterance in progress so far (replaced by the next one;
+    for display: it may change until the final)."""
+
+    t_ms: int
+    text: str
+
+
+@dataclass(frozen=True)
 class TranscriptFinal:
     """The final transcript of the user's utterance that just ended."""
 
@@ -68,6 +80,8 @@ class ResponseStarted:
     prompt_tokens_computed: int
     prompt_tokens_reused: int
     """Of the context's tokens, those computed now and those reused from the KV cache."""
+    speculated: bool = False
+    """The reply was drafted while the user was still speaking (a speculation hit)."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +105,14 @@ class ResponseWithdrawn:
 
 
 @dataclass(frozen=True)
+class StateChanged:
+    """Who holds the floor: ``listening``, ``user_speaking``, ``thinking``, ``speaking``."""
+
+    t_ms: int
+    state: str
+
+
+@dataclass(frozen=True)
 class Failure:
     """The conversation's engine failed; the conversation is over."""
 
@@ -98,8 +120,9 @@ class Failure:
     error: str
 
 
-ConversationEvent = (SpeechStarted | SpeechStopped | TranscriptFinal | ResponseStarted
-                     | ResponseDone | ResponseWithdrawn | Failure)
+ConversationEvent = (SpeechStarted | SpeechStopped | TranscriptDelta | TranscriptFinal
+                     | ResponseStarted | ResponseDone | ResponseWithdrawn | StateChanged
+                     | Failure)
 OutputCallback = Callable[[ConversationEvent], None]
 
 
@@ -112,9 +135,12 @@ def public_event(entry: log.Entry) -> ConversationEvent | None:
 _PUBLIC: dict[type, Callable[..., ConversationEvent]] = {
     log.SpeechStartedEntry: lambda e: SpeechStarted(e.t_ms),
     log.SpeechStoppedEntry: lambda e: SpeechStopped(e.t_ms, e.speech_end_ms, e.discarded),
+    log.TranscriptPartialEntry: lambda e: TranscriptDelta(e.t_ms, e.text),
     log.TranscriptFinalEntry: lambda e: TranscriptFinal(e.t_ms, e.text),
     log.ResponseStartedEntry: lambda e: ResponseStarted(
-        e.t_ms, e.turn_id, e.prompt_tokens_computed, e.prompt_tokens_reused),
+        e.t_ms, e.turn_id, e.prompt_tokens_computed, e.prompt_tokens_reused,
+        e.speculation == "hit"),
+    log.StateEntry: lambda e: StateChanged(e.t_ms, e.state),
     log.ResponseDoneEntry: lambda e: ResponseDone(e.t_ms, e.turn_id, e.text,
                                                   e.generated_tokens, e.interrupted),
     log.ResponseWithdrawnEntry: lambda e: ResponseWithdrawn(e.t_ms, e.turn_id),

@@ -21,7 +21,8 @@ microphone and speaker on the device clock for ``talk``, a socket for the daemon
 With ``virtual=True`` the pipeline waits, after each frame, until every worker is idle:
 computation takes zero virtual time, so the same input gives the same events.
 
-The public API besides running: :meth:`Pipeline.submit_text_turn`,
+Built and driven through :class:`assistant.loop.conversation.Conversation` (the front
+door). Its own API besides running: :meth:`Pipeline.submit_text_turn`,
 :meth:`Pipeline.interrupt`, :attr:`Pipeline.playing_turn_id`,
 :meth:`Pipeline.update_settings`, and :attr:`Pipeline.dialogue` (queries on the
 conversation, run on the engine thread).
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import TYPE_CHECKING, Any
@@ -196,9 +198,15 @@ class Pipeline:
         return any(isinstance(a, BargeIn) for a in actions)
 
     def update_settings(self, *, dialogue: DialogueOptions | None = None,
-                        vad: VadOptions | None = None, turns: TurnOptions | None = None) -> None:
+                        vad: VadOptions | None = None, turns: TurnOptions | None = None,
+                        presynthesize: bool | None = None) -> None:
         """Change settings where they can change: generation options from the next turn
-        on, VAD options once the utterance in progress ends, turn-taking options now."""
+        on, VAD options once the utterance in progress ends, turn-taking options now.
+        (:meth:`Conversation.update <assistant.loop.conversation.Conversation.update>`
+        is the public way.)"""
+        if presynthesize is not None and presynthesize != self.options.presynthesize:
+            self.options = dataclasses.replace(self.options, presynthesize=presynthesize)
+            self.parts.options = self.options
         if dialogue is not None:
             self.dialogue.set_options(dialogue)
         if turns is not None and turns != self.tm.options:

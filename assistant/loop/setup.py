@@ -1,10 +1,11 @@
 """Build the live loop from the config: load the models once, wire a pipeline per run.
 
 ``load_models(cfg)`` resolves and loads ASR, TTS and the LLM (seconds; do it once per
-process and share the result). ``build_pipeline(models, cfg, clock=..., sink=...)``
-maps the config sections onto each component's own options and returns a
-:class:`~assistant.loop.pipeline.Pipeline` whose source, sink and clock are injected, so
-``replay``, ``talk`` and the daemon differ only in what they plug in.
+process and share the result). ``conversation_settings(cfg)`` maps the config sections
+onto each component's own options, and ``open_conversation(models, cfg, clock=...,
+sink=...)`` opens a :class:`~assistant.loop.conversation.Conversation` on them whose
+source, sink and clock are injected, so ``replay``, ``talk`` and the daemon differ only
+in what they plug in.
 """
 
 from __future__ import annotations
@@ -13,18 +14,18 @@ import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from assistant.app.config import AppConfig
-from assistant.dialogue.dialogue import Dialogue, DialogueOptions
+from assistant.dialogue.dialogue import DialogueOptions
 from assistant.dialogue.loop_guard import LoopGuardOptions
-from assistant.loop.pipeline import EntryCallback, Pipeline, PipelineOptions
-from assistant.speech.listener import Listener
+from assistant.loop.conversation import Conversation, ConversationSettings
+from assistant.loop.output import OutputCallback
+from assistant.loop.types import EntryCallback, PipelineOptions
 from assistant.speech.voice import ClauseRule
 from assistant.turns.end_of_turn import EndOfTurnOptions
 from assistant.turns.interruption import InterruptionOptions
 from assistant.turns.options import TurnOptions
-from assistant.turns.turn_manager import TurnManager
 
 if TYPE_CHECKING:
     from assistant.llm.host import EngineHost
@@ -42,8 +43,8 @@ if TYPE_CHECKING:
     from engine import ChatTemplate, Engine
     from engine.detokenize import TokenizerLike
 
-__all__ = ["LiveAudio", "LoopModels", "load_models", "load_llm", "vllm_options", "build_pipeline",
-           "vad_options",
+__all__ = ["LiveAudio", "LoopModels", "load_models", "load_llm", "vllm_options",
+           "conversation_settings", "open_conversation", "vad_options",
            "echo_options", "dialogue_options", "turn_options", "open_live_audio"]
 
 
@@ -281,27 +282,29 @@ def turn_options(cfg: AppConfig) -> TurnOptions:
                            min_words_ms=t.min_words_ms))
 
 
-def build_pipeline(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Sink,
-                   echo: EchoProcessor | None, virtual: bool,
-                   on_entry: EntryCallback | None = None,
-                   pipeline_options: PipelineOptions | None = None) -> Pipeline:
-    """A pipeline over ``models`` with a fresh conversation (call inside a running loop).
-
-    ``echo`` must be the processor whose ``push_reference`` is the sink's tap (or None
-    for no echo handling).
-    """
+def conversation_settings(cfg: AppConfig,
+                          pipeline_options: PipelineOptions | None = None
+                          ) -> ConversationSettings:
+    """The config mapped onto each component's options (``pipeline_options``: the
+    surface's own scheduling, e.g. a virtual clock; the config's priorities win)."""
     from audio.streaming_asr import StreamingASROptions
 
-    template, options = models.template, dialogue_options(cfg)
-    listener = Listener(vad_options(cfg), echo)
-    opts = dataclasses.replace(pipeline_options or PipelineOptions(virtual=virtual),
+    opts = dataclasses.replace(pipeline_options or PipelineOptions(),
                                first_clause_priority=cfg.tts.first_clause_priority,
                                pause_priority=cfg.turns.pause_priority)
-    asr_options: Any = StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms)
-    return Pipeline(host=models.host,
-                    dialogue=lambda backend: Dialogue(backend, template, options),
-                    transcriber=models.transcriber,
-                    synthesizer=models.synthesizer, turn_manager=TurnManager(turn_options(cfg)),
-                    listener=listener, clock=clock, sink=sink, asr_options=asr_options,
-                    clauses=clause_rule(cfg), options=opts, on_entry=on_entry,
-                    end_model=models.end_model)
+    return ConversationSettings(
+        dialogue=dialogue_options(cfg), turns=turn_options(cfg), vad=vad_options(cfg),
+        asr=StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms),
+        clauses=clause_rule(cfg), pipeline=opts)
+
+
+def open_conversation(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Sink,
+                      echo: EchoProcessor | None,
+                      pipeline_options: PipelineOptions | None = None,
+                      on_entry: EntryCallback | None = None,
+                      on_output: OutputCallback | None = None) -> Conversation:
+    """A fresh conversation over ``models`` with the config's settings (call inside a
+    running loop); see :meth:`Conversation.open`."""
+    return Conversation.open(models, conversation_settings(cfg, pipeline_options),
+                             clock=clock, sink=sink, echo=echo, on_entry=on_entry,
+                             on_output=on_output)

@@ -37,7 +37,7 @@ class PipelineOptions:
     """While a reply is paused by speech over it (tentative interruptions), the engine's
     steps wait too (TTS is held anyway), where the engine host has a gate: the speech's
     transcript decides the cut and gets the cores. For a conversation that has the engine
-    to itself (`assistant.loop.setup.build_pipeline` takes ``turns.pause_priority``); off
+    to itself (`assistant.loop.setup.conversation_settings` takes ``turns.pause_priority``); off
     where one engine serves several (the daemon): one pause would slow the others."""
     virtual: bool = False
     """Settle every worker after each frame (deterministic replay on a virtual clock)."""

@@ -29,7 +29,7 @@ from assistant.app.config import AppConfig
 from assistant.loop.event_log import Entry, write_jsonl
 from assistant.loop.live import threaded_frames
 from assistant.loop.pipeline import PipelineOptions, PipelineResult
-from assistant.loop.setup import LoopModels, build_pipeline, echo_options
+from assistant.loop.setup import LoopModels, echo_options, open_conversation
 from audio.chunk import AudioChunk
 from audio.errors import AudioFileError
 
@@ -118,8 +118,8 @@ async def replay(models: LoopModels, cfg: AppConfig, wav: Path, options: ReplayO
                 room.reference.push(chunk)
 
         sink = WavSink(heard_path, clock, tts_rate, tap=tap)
-        pipeline = build_pipeline(
-            models, cfg, clock=clock, sink=sink, echo=echo, virtual=not options.realtime,
+        pipeline = open_conversation(
+            models, cfg, clock=clock, sink=sink, echo=echo,
             on_entry=on_entry, pipeline_options=PipelineOptions(
                 virtual=not options.realtime, max_tail_ms=options.max_tail_ms,
                 output_gain_db=options.output_gain_db))

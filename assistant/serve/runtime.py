@@ -11,6 +11,7 @@ lock), one Piper voice.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -22,8 +23,8 @@ from assistant.serve.protocol.settings import ServedModels
 
 if TYPE_CHECKING:
     from assistant.app.config import AppConfig
+    from assistant.loop.conversation import ConversationSettings
     from assistant.loop.setup import LoopModels
-    from assistant.speech.voice import ClauseRule
 
 __all__ = ["ServeRuntime", "build_runtime", "runtime_from_models"]
 
@@ -34,11 +35,8 @@ log = logging.getLogger("assistant.serve")
 class ServeRuntime:
     cfg: AppConfig
     models: LoopModels
-    dialogue_options: Any
-    turn_options: Any
-    vad_options: Any
-    asr_options: Any
-    clauses: ClauseRule
+    settings: ConversationSettings
+    """Every conversation's configured settings (a session maps its own on top)."""
     session_queue: int
     served: ServedModels
     defaults: SessionSettings
@@ -84,33 +82,22 @@ class ServeRuntime:
     async def run_local_audio(self, stop: asyncio.Event) -> None:
         """The local microphone/speaker loop (as ``assistant talk``), headless, on the
         shared engine, until ``stop`` is set."""
-        from assistant.dialogue.dialogue import Dialogue
+        from assistant.loop.conversation import Conversation
         from assistant.loop.live import converse, threaded_frames
-        from assistant.loop.pipeline import Pipeline, PipelineOptions
         from assistant.loop.setup import open_live_audio
-        from assistant.speech.listener import Listener
-        from assistant.turns.turn_manager import TurnManager
 
         models = self.models
         live = open_live_audio(self.cfg, models)
         clock, echo, sink, mic = live.clock, live.echo, live.sink, live.mic
-        template, options = models.template, self.dialogue_options
 
-        def on_entry(entry: Any) -> None:
-            log.info("local audio: %s", type(entry).__name__,
-                     extra={"entry": getattr(entry, "type", "")})
+        def on_output(event: Any) -> None:
+            log.info("local audio: %s", type(event).__name__)
 
-        pipeline = Pipeline(
-            host=models.host, dialogue=lambda backend: Dialogue(backend, template, options),
-            transcriber=models.transcriber, synthesizer=models.synthesizer,
-            turn_manager=TurnManager(self.turn_options), listener=Listener(self.vad_options, echo),
-            clock=clock, sink=sink, asr_options=self.asr_options,
-            clauses=self.clauses, on_entry=on_entry, name="local-audio",
-            end_model=models.end_model,
-            options=PipelineOptions(first_clause_priority=self.cfg.tts.first_clause_priority))
+        conversation = Conversation.open(models, self.settings, clock=clock, sink=sink,
+                                         echo=echo, on_output=on_output, name="local-audio")
         log.info("local audio loop started")
         try:
-            await converse(pipeline, threaded_frames(iter(mic)), stop, mic.close)
+            await converse(conversation, threaded_frames(iter(mic)), stop, mic.close)
         finally:
             try:
                 sink.close()
@@ -121,8 +108,7 @@ class ServeRuntime:
 
 def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
     """A runtime over already loaded models (tests and benchmarks share one load)."""
-    from assistant.loop.setup import clause_rule, dialogue_options, turn_options, vad_options
-    from audio.streaming_asr import StreamingASROptions
+    from assistant.loop.setup import conversation_settings
 
     voice = Path(str(getattr(models.synthesizer, "model_path", "voice"))).name
     voice = voice.removesuffix(".onnx") or "default"
@@ -141,12 +127,14 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
         if cfg.vad.end_of_turn == "semantic" and cfg.turns.speculate else TurnDetectionSettings(),
         max_output_tokens=cfg.llm.max_new_tokens,
     )
+    settings = conversation_settings(cfg)
     return ServeRuntime(
         cfg=cfg, models=models,
-        dialogue_options=dialogue_options(cfg), turn_options=turn_options(cfg),
-        vad_options=vad_options(cfg),
-        asr_options=StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms),
-        clauses=clause_rule(cfg), session_queue=cfg.server.session_queue,
+        # One engine serves every session: a pause in one must not hold the others'
+        # steps (`PipelineOptions.pause_priority`).
+        settings=dataclasses.replace(settings, pipeline=dataclasses.replace(
+            settings.pipeline, pause_priority=False)),
+        session_queue=cfg.server.session_queue,
         served=served, defaults=defaults, audio_delta_ms=cfg.server.audio_delta_ms,
         audio_lead_ms=cfg.server.audio_lead_ms,
     )

@@ -12,19 +12,29 @@ from assistant.app.cli import main
 from assistant.commands.talk import TerminalView
 from assistant.loop import event_log as log
 from assistant.loop.live import converse
+from assistant.loop.output import public_event
 
 
 def test_terminal_view_shows_state_and_transcripts() -> None:
+    """The view subscribes to the conversation's public output: each log entry it shows
+    reaches it as that stream's event."""
     out = io.StringIO()
     view = TerminalView(out)
     for entry in (log.StateEntry(0, "user_speaking"), log.TranscriptPartialEntry(5, "what is"),
-                  log.TranscriptFinalEntry(9, "what is it"), log.StateEntry(10, "speaking"),
-                  log.ResponseDoneEntry(20, 1, "It is late.", 5, True, 900)):
-        view(entry)
+                  log.TranscriptFinalEntry(9, "what is it"), log.StateEntry(10, "thinking"),
+                  log.ResponseStartedEntry(11, 1, "what is it", 30, 4, 26, "hit"),
+                  log.StateEntry(12, "speaking"),
+                  log.ResponseDoneEntry(20, 1, "It is late.", 5, True, 900),
+                  log.EngineFailedEntry(30, "out of pages")):
+        event = public_event(entry)
+        assert event is not None, entry
+        view(event)
     text = out.getvalue()
     assert "[user_speaking] you: what is ..." in text
     assert "you: what is it\n" in text
+    assert "[thinking] (reply was ready: speculation hit)" in text
     assert "assistant: It is late.  [interrupted]\n" in text
+    assert "error: out of pages\n" in text
     assert view.state == "speaking"
 
 

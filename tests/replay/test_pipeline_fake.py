@@ -130,13 +130,17 @@ def test_question_and_answer_with_a_speculation_hit(tmp_path: Path) -> None:
     assert m.sequence_matches_history and m.history_text_matches
     assert m.voice_to_voice_ms == (audio.t_ms - stopped.speech_end_ms,)
     # What an adapter hears of it: the typed public stream, in order.
-    assert r.outputs == [
+    states = [e.state for e in r.outputs if isinstance(e, out.StateChanged)]
+    assert [e for e in r.outputs
+            if not isinstance(e, out.StateChanged | out.TranscriptDelta)] == [
         out.SpeechStarted(r.of(log.SpeechStartedEntry)[0].t_ms),
         out.SpeechStopped(stopped.t_ms, stopped.speech_end_ms, discarded=False),
         out.TranscriptFinal(final[0].t_ms, final[0].text),
-        out.ResponseStarted(started[0].t_ms, 1, 0, started[0].prompt_tokens_reused),
+        out.ResponseStarted(started[0].t_ms, 1, 0, started[0].prompt_tokens_reused,
+                            speculated=True),
         out.ResponseDone(done[0].t_ms, 1, done[0].text, done[0].generated_tokens,
                          interrupted=False)]
+    assert states == ["user_speaking", "thinking", "speaking", "listening"]
 
 
 @pytest.mark.parametrize("into_reply_ms", [700, 1600])

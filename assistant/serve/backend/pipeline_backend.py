@@ -1,26 +1,28 @@
-"""The real `SessionBackend`: the live loop's `Pipeline` with the socket as mic and speaker.
+"""The real `SessionBackend`: a live-loop `Conversation` with the socket as mic and speaker.
 
-A daemon session is the same turn manager and pipeline as ``assistant talk``: a
+A daemon session is the same conversation as ``assistant talk``, opened the same way
+(:meth:`Conversation.open <assistant.loop.conversation.Conversation.open>`): a
 `NetworkSource` feeds it the client's audio on the session's audio clock, a
-`NetworkSink` plays (and sends) its replies, and its `Dialogue` lives on the engine
-thread every session shares (:class:`~assistant.llm.host.EngineHost`). The pipeline's
-event log is what this backend listens to: speech started / stopped, final transcripts,
-response started / done / withdrawn, barge-in, each translated into `BackendEvent`\\ s;
+`NetworkSink` plays (and sends) its replies, and its dialogue lives on the engine
+thread every session shares (:class:`~assistant.llm.host.EngineHost`). The
+conversation's public output (`assistant.loop.output`: speech started / stopped, final
+transcripts, response started / done / withdrawn) is what this backend listens to, each
+event translated into `BackendEvent`\\ s;
 :class:`~assistant.serve.backend.ledger.ResponseLedger` maps turns to responses.
 
 Things the Realtime protocol has and the local loop does not, all through the
-pipeline's public API:
+conversation's commands:
 
-- ``response.cancel``: :meth:`Pipeline.interrupt` (stop the sink, cut at the words heard).
-- ``conversation.item.truncate`` after a reply was closed: `recut_last_reply` on the
-  engine thread shortens the closed turn in the history and the sequence.
+- ``response.cancel``: ``interrupt`` (stop the sink, cut at the words heard).
+- ``conversation.item.truncate`` after a reply was closed: ``truncate`` shortens the
+  closed turn in the history and the sequence.
 - Manual turns (``turn_detection: null``): :class:`ManualTurns` holds the committed
   audio's transcripts and text items; ``response.create`` submits them as a text turn
-  (:meth:`Pipeline.submit_text_turn`).
-- ``session.update``: :meth:`Pipeline.update_settings` (generation options from the
-  next turn, VAD at the end of the utterance in progress, turn-taking rules now); changed
-  instructions build a new pipeline before the first turn, and after it are computed
-  into the context in the background (`assistant.dialogue.context_window`).
+  (``submit_text``).
+- ``session.update``: ``update`` (generation options from the next turn, VAD at the end
+  of the utterance in progress, turn-taking rules now); changed instructions open a new
+  conversation before the first turn, and after it are computed into the context in the
+  background (`assistant.dialogue.context_window`).
 - ``output_modalities: ["text"]`` (session or response): the turn is marked text-only on
   the `RecordingSynthesizer`, which then makes silent chunks instead of speech.
 
@@ -46,7 +48,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from assistant.dialogue.recut import recut_last_reply
 from assistant.loop import event_log as L
 from assistant.loop import output as O
 from assistant.loop.tasks import cancel_and_wait
@@ -55,14 +56,12 @@ from assistant.serve.backend.ledger import ResponseLedger
 from assistant.serve.backend.manual_turns import ManualTurns
 from assistant.serve.backend.network_io import NetworkSource, RecordingSynthesizer
 from assistant.serve.backend.network_sink import NetworkSink
-from assistant.serve.backend.settings_map import dialogue_options, turn_options, vad_options
+from assistant.serve.backend.settings_map import conversation_settings
 from assistant.serve.backend.shared import SharedRuntime
 from audio.clock import VirtualClock
 
 if TYPE_CHECKING:
-    from assistant.dialogue.dialogue import DialogueOptions
-    from assistant.loop.pipeline import Pipeline
-    from assistant.turns.options import TurnOptions
+    from assistant.loop.conversation import Conversation, ConversationSettings
 
 __all__ = ["PipelineBackend"]
 
@@ -77,7 +76,7 @@ class PipelineBackend:
         self._settings = settings
         self._loop = asyncio.get_running_loop()
         self._events: asyncio.Queue[B.BackendEvent | None] = asyncio.Queue()
-        self._clock = VirtualClock(runtime.vad_options.sample_rate)
+        self._clock = VirtualClock(runtime.settings.vad.sample_rate)
         self._source = NetworkSource(self._clock, wall=self._loop.time,
                                      queue_size=runtime.session_queue)
         self._source.hold = settings.turn_detection is None
@@ -88,7 +87,7 @@ class PipelineBackend:
                                  keeps_sent=self._client_keeps_playing)
         self._cut_reported = False
         """A cut the client reports itself (``conversation.item.truncate``) is in progress."""
-        self._pipeline: Pipeline | None = None
+        self._pipeline: Conversation | None = None
         self._ready = asyncio.Event()
         self._closed = False
         self._ledger = ResponseLedger()
@@ -99,7 +98,7 @@ class PipelineBackend:
         self._speech_start_ms = 0
         self._awaiting_transcripts = 0
         self._rebuilding = asyncio.Lock()
-        self._retiring: set[Pipeline] = set()
+        self._retiring: set[Conversation] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._task = self._spawn(self._run(), "pipeline-backend")
 
@@ -134,41 +133,19 @@ class PipelineBackend:
             self._emit(B.BackendFailure(code="pipeline_failed", message=f"session failed: {exc}"))
             self._events.put_nowait(None)
 
-    def _dialogue_options(self, settings: B.SessionSettings) -> DialogueOptions:
-        return dialogue_options(self._rt.dialogue_options, settings)
+    def _conversation_settings(self, settings: B.SessionSettings) -> ConversationSettings:
+        return conversation_settings(self._rt.settings, settings)
 
-    def _turn_options(self, settings: B.SessionSettings) -> TurnOptions:
-        return turn_options(self._rt.turn_options, settings)
+    def _build(self, settings: B.SessionSettings) -> Conversation:
+        from assistant.loop.conversation import Conversation
 
-    def _build(self, settings: B.SessionSettings) -> Pipeline:
-        from assistant.dialogue.dialogue import Dialogue
-        from assistant.loop.pipeline import Pipeline, PipelineOptions
-        from assistant.speech.listener import Listener
-        from assistant.turns.turn_manager import TurnManager
+        # The recorder keeps what each reply sent (a speculation's first clause
+        # synthesised ahead too, once a reply adopts it; silent if that turn is text).
+        return Conversation.open(self._rt.models, self._conversation_settings(settings),
+                                 clock=self._clock, sink=self._sink,
+                                 synthesizer=self._recorder, on_output=self._on_output)
 
-        rt = self._rt
-        template, options = rt.models.template, self._dialogue_options(settings)
-        td = settings.turn_detection or B.TurnDetectionSettings()
-        return Pipeline(
-            host=rt.models.host, dialogue=lambda backend: Dialogue(backend, template, options),
-            transcriber=rt.models.transcriber,
-            synthesizer=self._recorder,
-            turn_manager=TurnManager(self._turn_options(settings)),
-            listener=Listener(vad_options(rt.vad_options, td, rt.turn_options), None),
-            clock=self._clock,
-            sink=self._sink,
-            asr_options=rt.asr_options,
-            clauses=rt.clauses,
-            # A speculation's first clause is synthesised ahead when the session speaks:
-            # the recorder keeps it once a reply adopts it (silent if that turn is text).
-            options=PipelineOptions(
-                presynthesize="audio" in settings.output_modalities,
-                first_clause_priority=rt.cfg.tts.first_clause_priority),
-            on_output=self._on_output,
-            end_model=rt.models.end_model,
-        )
-
-    async def _ensure_ready(self) -> Pipeline:
+    async def _ensure_ready(self) -> Conversation:
         await self._ready.wait()
         assert self._pipeline is not None
         return self._pipeline
@@ -229,11 +206,7 @@ class PipelineBackend:
             return
         pipeline = self._pipeline
         if pipeline is not None:
-            vad = None
-            if td is not None and td != old.turn_detection:
-                vad = vad_options(self._rt.vad_options, td, self._rt.turn_options)
-            pipeline.update_settings(dialogue=self._dialogue_options(settings), vad=vad,
-                                     turns=self._turn_options(settings))
+            pipeline.update(self._conversation_settings(settings))
 
     async def _rebuild(self) -> None:
         """A new pipeline (and dialogue) for changed instructions; one rebuild at a time,
@@ -319,7 +292,7 @@ class PipelineBackend:
         if not text:
             self._fail_request(key, "no_user_input")
             return
-        if pipeline.submit_text_turn(text, max_new_tokens=max_tokens) is None:
+        if pipeline.submit_text(text, max_new_tokens=max_tokens) is None:
             self._fail_request(key, "busy")
 
     def _fail_request(self, key: int, reason: str) -> None:
@@ -357,8 +330,7 @@ class PipelineBackend:
         # Wire position -> reply position (a resumed reply sent its interrupted word twice).
         heard = heard_position(chunks, self._sink.reply_samples(
             turn, audio_end_ms * B.PROTOCOL_RATE // 1000))
-        recut = await pipeline.dialogue.query(
-            lambda d: recut_last_reply(d, turn, heard.word_count, audio_end_ms))
+        recut = await pipeline.truncate(turn, heard.word_count, audio_end_ms)
         if recut is None:
             log.warning("truncate of turn %d arrived after a later turn; kept as is", turn)
         elif recut.changed:
@@ -369,7 +341,7 @@ class PipelineBackend:
         pipeline = self._pipeline
         if pipeline is None:
             return ""
-        messages = await pipeline.dialogue.query(lambda d: d.conversation.messages())
+        messages = await pipeline.history()
         return "\n".join(f"{m['role']}: {m['content']}" for m in messages)
 
     async def sequence_text(self) -> str:
@@ -379,12 +351,7 @@ class PipelineBackend:
         if pipeline is None:
             return ""
 
-        def read(d: Any) -> str:
-            if d.live_turn_id is None and not d.in_sync():
-                raise RuntimeError("engine sequence differs from the conversation history")
-            return str(d.sequence_text())
-
-        return await pipeline.dialogue.query(read)
+        return await pipeline.sequence_text()
 
     def log_entries(self) -> list[L.Entry]:
         """The session pipeline's event log so far (for inspection and tests)."""
@@ -418,12 +385,14 @@ class PipelineBackend:
             self._emit(B.ResponseAudio(response_key=key, pcm=pcm))
 
     def _on_output(self, event: O.ConversationEvent) -> None:
-        _OUTPUT_HANDLERS[type(event)](self, event)
+        handler = _OUTPUT_HANDLERS.get(type(event))
+        if handler is not None:  # the floor's state and transcripts in progress: not sent
+            handler(self, event)
 
     def _on_speech_started(self, event: O.SpeechStarted) -> None:
         td = self._settings.turn_detection or B.TurnDetectionSettings()
         self._speech_start_ms = max(
-            0, event.t_ms - self._rt.vad_options.min_speech_ms - td.prefix_padding_ms)
+            0, event.t_ms - self._rt.settings.vad.min_speech_ms - td.prefix_padding_ms)
         self._emit(B.SpeechStarted(audio_start_ms=self._speech_start_ms))
 
     def _on_speech_stopped(self, event: O.SpeechStopped) -> None:

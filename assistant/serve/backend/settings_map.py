@@ -15,10 +15,26 @@ from assistant.turns.interruption import InterruptionOptions
 
 if TYPE_CHECKING:
     from assistant.dialogue.types import DialogueOptions
+    from assistant.loop.conversation import ConversationSettings
     from assistant.turns.end_of_turn import EndOfTurnOptions
     from assistant.turns.options import TurnOptions
 
-__all__ = ["vad_options", "dialogue_options", "turn_options", "end_of_turn"]
+__all__ = ["conversation_settings", "vad_options", "dialogue_options", "turn_options",
+           "end_of_turn"]
+
+
+def conversation_settings(base: ConversationSettings,
+                          settings: B.SessionSettings) -> ConversationSettings:
+    """A session's conversation: the daemon's configured settings with the session's
+    overrides (generation, turn-taking, VAD; a speculation's first clause is synthesised
+    ahead only when the session speaks)."""
+    td = settings.turn_detection or B.TurnDetectionSettings()
+    turns = turn_options(base.turns, settings)
+    return dataclasses.replace(
+        base, dialogue=dialogue_options(base.dialogue, settings), turns=turns,
+        vad=vad_options(base.vad, td, base.turns),
+        pipeline=dataclasses.replace(base.pipeline,
+                                     presynthesize="audio" in settings.output_modalities))
 
 
 def end_of_turn(base: TurnOptions, td: B.TurnDetectionSettings) -> EndOfTurnOptions:

@@ -1,19 +1,19 @@
 """What every session's backend reads from the daemon's shared runtime.
 
 :class:`~assistant.serve.runtime.ServeRuntime` (one per process: the loaded models, the
-engine thread, the config mapped onto each component's options) satisfies this
+engine thread, the config mapped onto a conversation's settings) satisfies this
 protocol; :class:`~assistant.serve.backend.pipeline_backend.PipelineBackend` only sees
 it through here, so the backend never imports the runtime that builds it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from assistant.app.config import AppConfig
+    from assistant.loop.conversation import ConversationSettings
     from assistant.loop.setup import LoopModels
-    from assistant.speech.voice import ClauseRule
 
 __all__ = ["SharedRuntime"]
 
@@ -23,11 +23,8 @@ class SharedRuntime(Protocol):
 
     cfg: AppConfig
     models: LoopModels
-    dialogue_options: Any
-    turn_options: Any
-    vad_options: Any
-    asr_options: Any
-    clauses: ClauseRule
+    settings: ConversationSettings
+    """Every conversation's configured settings (a session maps its own on top)."""
     session_queue: int
     audio_delta_ms: int
     """Longest ``response.output_audio.delta`` (ms of audio)."""
