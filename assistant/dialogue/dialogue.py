@@ -3,10 +3,10 @@
 :class:`Dialogue` owns the backend's live sequence and the :class:`Conversation`, and
 keeps them equal token for token between turns: a turn appends the user message and
 the reply header (computing only those ids), the reply is generated on the same
-sequence, and the turn is closed with what was *heard* -- all of it, or after a
-barge-in the generated ids up to the last fully played word, then the end-of-turn ids.
-Speculative forks (:class:`~assistant.dialogue.speculation_pool.SpeculationPool`) are
-adopted on a hit.
+sequence (:class:`~assistant.dialogue.live_turn.LiveTurn`), and the turn is closed
+with what was *heard* -- all of it, or after a barge-in the generated ids up to the
+last fully played word, then the end-of-turn ids. Speculative forks
+(:class:`~assistant.dialogue.speculation_pool.SpeculationPool`) are adopted on a hit.
 
 Written against the LLM backend protocol (:mod:`assistant.llm.protocol`), never an
 engine. Not thread-safe: it lives on the engine thread
@@ -16,17 +16,13 @@ engine. Not thread-safe: it lives on the engine thread
 
 from __future__ import annotations
 
-import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from assistant.dialogue.context_window import Adopted, ContextWindow
 from assistant.dialogue.conversation import Conversation, TurnRenderer
 from assistant.dialogue.end_score import open_user_ids, sentence_end_ids
-from assistant.dialogue.loop_guard import repeated_tail
+from assistant.dialogue.live_turn import LiveTurn, reply_params
 from assistant.dialogue.prompt_in import put_prompt
-from assistant.dialogue.reply import ReplyTokens
-from assistant.dialogue.speculation import apply_event, sync_reply
 from assistant.dialogue.speculation_pool import SpeculationPool
 from assistant.dialogue.types import (
     DialogueError,
@@ -39,13 +35,10 @@ from assistant.dialogue.types import (
     TurnClosed,
     TurnStart,
 )
-from engine.events import FinishReason
 from engine.params import Priority, SamplingParams
 
 if TYPE_CHECKING:
     from assistant.llm.protocol import LLMBackend, LLMJob, LLMSequence
-
-_log = logging.getLogger(__name__)
 
 __all__ = [
     "DialogueOptions",
@@ -57,22 +50,6 @@ __all__ = [
     "Dialogue",
     "DialogueError",
 ]
-
-
-@dataclass
-class _LiveTurn:
-    turn_id: int
-    user_text: str
-    header_ids: tuple[int, ...]
-    reply_start: int
-    """Sequence position of the first generated token."""
-    reply: ReplyTokens = field(default_factory=ReplyTokens)
-    drafted: int = 0
-    """Leading reply tokens taken from an adopted speculation."""
-    job: LLMJob | None = None
-    finished: bool = False
-    """No more reply text will come."""
-    finish_reason: str | None = None
 
 
 class Dialogue:
@@ -95,7 +72,7 @@ class Dialogue:
                                       clauses=options.clauses)
         self._window = ContextWindow(backend, self.conversation, limits=(
             options.max_context_tokens, backend.max_positions))
-        self._live: _LiveTurn | None = None
+        self._live: LiveTurn | None = None
         self._end_ids: frozenset[int] | None = None
         self._outbox: list[DialogueOutput] = []
         self._closed = False
@@ -128,7 +105,7 @@ class Dialogue:
         """This conversation has generation in flight or outputs not collected yet."""
         live = self._live
         return (bool(self._outbox) or self._specs.has_work() or self._window.has_work()
-                or (live is not None and live.job is not None and not live.job.done))
+                or (live is not None and live.running))
 
     def owns(self, job: LLMJob) -> bool:
         live = self._live
@@ -235,18 +212,13 @@ class Dialogue:
         put = put_prompt(self._seq, prompt, spec)
         self._seq, reply, pending_done = put.seq, put.reply, put.pending_done
         self.conversation.add_user(user_text, user_ids, turn_id=turn_id)
-        live = _LiveTurn(turn_id=turn_id, user_text=user_text, header_ids=header,
-                         reply_start=base + len(prompt), reply=reply, drafted=put.drafted)
+        live = LiveTurn(turn_id=turn_id, user_text=user_text, header_ids=header,
+                        reply_start=base + len(prompt), reply=reply, drafted=put.drafted)
         self._live = live
-        if len(reply):
-            self._outbox.append(ReplyDelta(turn_id, reply.text, len(reply), done=pending_done,
-                                           finish_reason="eos" if pending_done else None))
-        if pending_done:
-            # The draft was the whole reply. Its end-of-turn ids are computed when the
-            # turn is closed (after playback), not before the first audio.
-            live.finished = True
-            live.finish_reason = "eos"
-        else:
+        drafted = live.open_with_draft(whole=pending_done)
+        if drafted is not None:
+            self._outbox.append(drafted)
+        if not pending_done:
             remaining = max(1, limit - len(reply))
             if self._window.limit is not None:  # the turn must close inside the context
                 room = (self._window.limit - len(self._seq)
@@ -268,18 +240,10 @@ class Dialogue:
         self._window.collect()
         if self._live is None and not len(self._specs) and self._window.ready:
             self._adopt_window()  # between turns: nobody waits for it
-        live = self._live
-        if live is not None and live.job is not None:
-            events = live.job.take_events()
-            text = "".join(apply_event(live.reply, ev) for ev in events)
-            done = any(ev.finished for ev in events)
-            if done:
-                self._on_live_finished(live)
-            elif events and self._stop_if_looping(live):
-                done = True
-            if text or done:
-                self._outbox.append(ReplyDelta(live.turn_id, text, len(live.reply), done=done,
-                                               finish_reason=live.finish_reason))
+        if self._live is not None:
+            delta = self._live.collect(self.backend, self._options.loop_guard)
+            if delta is not None:
+                self._outbox.append(delta)
         out += self._outbox
         self._outbox = []
         return out
@@ -289,22 +253,19 @@ class Dialogue:
         live = self._require(turn_id)
         if not live.finished:
             # Playback can only end after the text did; be safe and keep what exists.
-            self._cancel_live(live)
+            live.cancel(self.backend)
         return self._close(live, len(live.reply), spoken_ms, interrupted=False)
 
     def cut_turn(self, turn_id: int, heard_chars: int, spoken_ms: int) -> TurnClosed:
         """Barge-in: keep the generated tokens whose text ends within ``heard_chars``."""
         live = self._require(turn_id)
-        self._cancel_live(live)
-        # Trailing whitespace was not "heard": never keep a token that is only that.
-        heard_chars = len(live.reply.text[:max(0, heard_chars)].rstrip())
-        cut = live.reply.cut_at(heard_chars)
-        return self._close(live, cut.n_tokens, spoken_ms, interrupted=True)
+        live.cancel(self.backend)
+        return self._close(live, live.heard_tokens(heard_chars), spoken_ms, interrupted=True)
 
     def withdraw_turn(self, turn_id: int) -> None:
         """Remove the open turn entirely (reply and user message), as if never started."""
         live = self._require(turn_id)
-        self._cancel_live(live)
+        live.cancel(self.backend)
         self._live = None
         user = self.conversation.pop()
         if user.role != "user":
@@ -336,7 +297,7 @@ class Dialogue:
         self._specs.cancel_all()
         self._window.drop()
         if self._live is not None:
-            self._cancel_live(self._live)
+            self._live.cancel(self.backend)
 
     def shed(self) -> bool:
         """Release background work (speculative forks, a context recompute) under memory
@@ -370,7 +331,7 @@ class Dialogue:
         self._specs.cancel_all()
         self._window.drop()
         if self._live is not None:
-            self._cancel_live(self._live)
+            self._live.cancel(self.backend)
             self._live = None
         self._seq.release()
 
@@ -378,72 +339,25 @@ class Dialogue:
 
     def _params(self, *, speculative: bool = False,
                 max_new_tokens: int | None = None) -> SamplingParams:
-        o = self._options
-        renderer = self.conversation.renderer
-        stop_ids = tuple(getattr(renderer, "stop_token_ids", ()) or ())
-        return SamplingParams(
-            max_new_tokens=(o.speculation_max_tokens if speculative
-                            else max_new_tokens or o.max_new_tokens),
-            temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed, stop=o.stop,
-            stop_token_ids=stop_ids, repetition_penalty=o.repetition_penalty,
-            repetition_window=o.repetition_window,
-            # A draft leaves its turn open: the live reply may continue it. A live reply
-            # too: its end-of-turn ids are added when the turn is closed (after playback),
-            # so the step that samples the stop token does not also prefill them -- that
-            # step's text is often what the first audio waits for.
-            end_of_turn=())
+        return reply_params(self._options, self.conversation.renderer,
+                            speculative=speculative, max_new_tokens=max_new_tokens)
 
-    def _require(self, turn_id: int) -> _LiveTurn:
+    def _require(self, turn_id: int) -> LiveTurn:
         if self._live is None or self._live.turn_id != turn_id:
             raise DialogueError(f"turn {turn_id} is not the open turn")
         return self._live
 
-    def _on_live_finished(self, live: _LiveTurn) -> None:
-        assert live.job is not None and live.job.result is not None
-        result = live.job.result
-        live.finished = True
-        live.finish_reason = result.finish_reason.value
-        if result.finish_reason is not FinishReason.CANCELLED:
-            sync_reply(live.reply, live.job, live.drafted)
-
-    def _stop_if_looping(self, live: _LiveTurn) -> bool:
-        """Stop a reply that keeps repeating itself (see :mod:`~.loop_guard`)."""
-        rep = repeated_tail(live.reply.ids, self._options.loop_guard)
-        if rep is None:
-            return False
-        _log.warning("turn %d repeats %d tokens %d times: reply stopped", live.turn_id,
-                     len(rep.ngram), rep.repeats)
-        self._cancel_live(live)
-        live.finish_reason = "repetition"
-        return True
-
-    def _cancel_live(self, live: _LiveTurn) -> None:
-        job = live.job
-        if job is not None and not job.done:
-            self.backend.cancel(job)
-            job.take_events()
-            live.finished = True
-            live.finish_reason = "cancelled"
-
-    def _close(self, live: _LiveTurn, n_keep: int, spoken_ms: int, *,
+    def _close(self, live: LiveTurn, n_keep: int, spoken_ms: int, *,
                interrupted: bool) -> TurnClosed:
-        generated = len(live.reply)
-        available = len(self._seq) - live.reply_start
-        n_keep = max(0, min(n_keep, available, generated))
-        kept_ids = live.reply.ids[:n_keep]
-        # The end-of-turn ids are never generated into the sequence (see _params): cut
-        # to what is kept, then close the turn as the template does.
-        self._seq.truncate(live.reply_start + n_keep)
-        self._seq.extend(self.conversation.closing_ids(interrupted=interrupted))
-        text = live.reply.text_of(n_keep)  # exactly the kept ids' text
-        turn = self.conversation.add_assistant(
-            text, live.header_ids, kept_ids, generated_tokens=generated,
-            interrupted=interrupted, spoken_ms=spoken_ms, turn_id=live.turn_id)
+        # The end-of-turn ids are never generated into the sequence (see _params): the
+        # turn cuts to what is kept, then closes as the template does.
+        closed = live.close(self._seq, self.conversation, n_keep, spoken_ms,
+                            interrupted=interrupted)
         self._live = None
         self._check_sync()
         self._turn_boundary()
         self._window.plan(len(self._seq), self._headroom())
-        return TurnClosed(live.turn_id, turn, n_keep, generated, live.reply.text, len(self._seq))
+        return closed
 
     def _headroom(self) -> int:
         o = self._options

@@ -1,0 +1,156 @@
+"""The open turn of a dialogue: its reply as it streams, how it stops, how it closes.
+
+From the turn's start to its close the reply is one job on the live sequence (or a
+draft adopted whole). Its events become reply text (:class:`ReplyDelta`); it stops when
+the model ends it, when it keeps repeating itself (:mod:`~.loop_guard`) or when it is
+cancelled; and it closes with what was *heard*: the sequence is cut to the kept reply
+ids, then the turn is closed with the template's end-of-turn ids (never generated into
+the sequence, see :func:`reply_params`: they are added here, after playback), and the
+history records exactly the kept ids' text. The dialogue (:mod:`~.dialogue`) owns the
+sequence and the history and hands them in; written against the LLM backend protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from assistant.dialogue.loop_guard import LoopGuardOptions, repeated_tail
+from assistant.dialogue.reply import ReplyTokens
+from assistant.dialogue.speculation import apply_event, sync_reply
+from assistant.dialogue.types import DialogueOptions, ReplyDelta, TurnClosed
+from engine.events import FinishReason
+from engine.params import SamplingParams
+
+if TYPE_CHECKING:
+    from assistant.dialogue.conversation import Conversation, TurnRenderer
+    from assistant.llm.protocol import LLMBackend, LLMJob, LLMSequence
+
+__all__ = ["LiveTurn", "reply_params"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass
+class LiveTurn:
+    """The turn whose user message is in the sequence and whose reply is not closed."""
+
+    turn_id: int
+    user_text: str
+    header_ids: tuple[int, ...]
+    reply_start: int
+    """Sequence position of the first generated token."""
+    reply: ReplyTokens = field(default_factory=ReplyTokens)
+    drafted: int = 0
+    """Leading reply tokens taken from an adopted speculation."""
+    job: LLMJob | None = None
+    finished: bool = False
+    """No more reply text will come."""
+    finish_reason: str | None = None
+
+    @property
+    def running(self) -> bool:
+        """Its job is still generating."""
+        return self.job is not None and not self.job.done
+
+    def open_with_draft(self, whole: bool) -> ReplyDelta | None:
+        """The reply a speculation drafted, as the turn's first delta (None if none);
+        ``whole``: the draft was the whole reply, so no job follows. Its end-of-turn
+        ids are computed when the turn is closed (after playback), not before the
+        first audio."""
+        if whole:
+            self.finished = True
+            self.finish_reason = "eos"
+        if not len(self.reply):
+            return None
+        return ReplyDelta(self.turn_id, self.reply.text, len(self.reply), done=whole,
+                          finish_reason=self.finish_reason)
+
+    def collect(self, backend: LLMBackend, guard: LoopGuardOptions) -> ReplyDelta | None:
+        """The reply text the job produced since the last call, and whether it is done
+        (None when there is neither); a reply that loops is stopped here."""
+        if self.job is None:
+            return None
+        events = self.job.take_events()
+        text = "".join(apply_event(self.reply, ev) for ev in events)
+        done = any(ev.finished for ev in events)
+        if done:
+            self._on_finished()
+        elif events and self._stop_if_looping(backend, guard):
+            done = True
+        if text or done:
+            return ReplyDelta(self.turn_id, text, len(self.reply), done=done,
+                              finish_reason=self.finish_reason)
+        return None
+
+    def cancel(self, backend: LLMBackend) -> None:
+        """Stop the job if it runs; the reply keeps what it has."""
+        job = self.job
+        if job is not None and not job.done:
+            backend.cancel(job)
+            job.take_events()
+            self.finished = True
+            self.finish_reason = "cancelled"
+
+    def heard_tokens(self, heard_chars: int) -> int:
+        """Leading generated tokens whose text ends within the first ``heard_chars`` of
+        the reply (trailing whitespace was not "heard": never a token that is only that)."""
+        heard_chars = len(self.reply.text[:max(0, heard_chars)].rstrip())
+        return self.reply.cut_at(heard_chars).n_tokens
+
+    def close(self, seq: LLMSequence, conversation: Conversation, n_keep: int,
+              spoken_ms: int, *, interrupted: bool) -> TurnClosed:
+        """Keep the first ``n_keep`` generated ids (at most those generated and in
+        ``seq``): cut ``seq`` there, append the closing ids and record the turn in
+        ``conversation``."""
+        generated = len(self.reply)
+        available = len(seq) - self.reply_start
+        n_keep = max(0, min(n_keep, available, generated))
+        kept_ids = self.reply.ids[:n_keep]
+        seq.truncate(self.reply_start + n_keep)
+        seq.extend(conversation.closing_ids(interrupted=interrupted))
+        text = self.reply.text_of(n_keep)  # exactly the kept ids' text
+        turn = conversation.add_assistant(
+            text, self.header_ids, kept_ids, generated_tokens=generated,
+            interrupted=interrupted, spoken_ms=spoken_ms, turn_id=self.turn_id)
+        return TurnClosed(self.turn_id, turn, n_keep, generated, self.reply.text, len(seq))
+
+    def _on_finished(self) -> None:
+        assert self.job is not None and self.job.result is not None
+        result = self.job.result
+        self.finished = True
+        self.finish_reason = result.finish_reason.value
+        if result.finish_reason is not FinishReason.CANCELLED:
+            sync_reply(self.reply, self.job, self.drafted)
+
+    def _stop_if_looping(self, backend: LLMBackend, guard: LoopGuardOptions) -> bool:
+        """Stop a reply that keeps repeating itself (see :mod:`~.loop_guard`)."""
+        rep = repeated_tail(self.reply.ids, guard)
+        if rep is None:
+            return False
+        _log.warning("turn %d repeats %d tokens %d times: reply stopped", self.turn_id,
+                     len(rep.ngram), rep.repeats)
+        self.cancel(backend)
+        self.finish_reason = "repetition"
+        return True
+
+
+def reply_params(options: DialogueOptions, renderer: TurnRenderer, *,
+                 speculative: bool = False, max_new_tokens: int | None = None
+                 ) -> SamplingParams:
+    """How a reply is sampled under ``options``: a live one (``max_new_tokens``
+    overriding the option), or a speculative draft."""
+    o = options
+    stop_ids = tuple(getattr(renderer, "stop_token_ids", ()) or ())
+    return SamplingParams(
+        max_new_tokens=(o.speculation_max_tokens if speculative
+                        else max_new_tokens or o.max_new_tokens),
+        temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed, stop=o.stop,
+        stop_token_ids=stop_ids, repetition_penalty=o.repetition_penalty,
+        repetition_window=o.repetition_window,
+        # A draft leaves its turn open: the live reply may continue it. A live reply
+        # too: its end-of-turn ids are added when the turn is closed (after playback),
+        # so the step that samples the stop token does not also prefill them -- that
+        # step's text is often what the first audio waits for.
+        end_of_turn=())
