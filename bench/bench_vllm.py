@@ -31,7 +31,7 @@ from assistant.app.models import resolve_llm
 from assistant.dialogue.dialogue import Dialogue, DialogueOptions
 from assistant.dialogue.types import ReplyDelta
 from assistant.llm.protocol import LLMBackend
-from assistant.llm.vllm.backend import RequestRecord
+from assistant.llm.vllm.streams import RequestRecord
 from assistant.loop.setup import dialogue_options
 from engine.chat_template import ChatTemplate
 

@@ -106,8 +106,9 @@ def test_no_server_fails_the_job_and_then_refuses_new_ones_leaving_the_sequence(
     """Nothing listens at the only replica: the running job fails (JobsFailed, as the
     host expects), the next enqueue is refused at once and changes nothing."""
     from assistant.llm.protocol import JobsFailed
-    from assistant.llm.vllm.backend import RemoteModel, VLLMBackend
+    from assistant.llm.vllm.backend import VLLMBackend
     from assistant.llm.vllm.connect import load_tokenizer
+    from assistant.llm.vllm.remote_model import RemoteModel
     from engine.params import SamplingParams
     from tests.vllm.conftest import free_port
 

@@ -15,8 +15,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from assistant.llm.vllm.backend import RemoteModel, VLLMBackend
+from assistant.llm.vllm.backend import VLLMBackend
 from assistant.llm.vllm.client import Endpoint, Unreachable
+from assistant.llm.vllm.remote_model import RemoteModel
 from assistant.llm.vllm.router import Router
 
 __all__ = ["VLLMOptions", "TokenizerMismatch", "connect", "check_tokenizer", "describe",

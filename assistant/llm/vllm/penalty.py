@@ -10,7 +10,7 @@ server loads this module to give the same replies as the local engine::
         --logits-processors assistant.llm.vllm.penalty:WindowedRepetitionPenalty
 
 A request turns it on with ``vllm_xargs`` (see
-:data:`assistant.llm.vllm.backend.PENALTY_ARGS`). This module imports vLLM and torch,
+:data:`assistant.llm.vllm.remote_model.PENALTY_ARGS`). This module imports vLLM and torch,
 so only the server process imports it.
 """
 
