@@ -21,11 +21,8 @@ microphone and speaker on the device clock for ``talk``, a socket for the daemon
 With ``virtual=True`` the pipeline waits, after each frame, until every worker is idle:
 computation takes zero virtual time, so the same input gives the same events.
 
-Built and driven through :class:`assistant.loop.conversation.Conversation` (the front
-door). Its own API besides running: :meth:`Pipeline.submit_text_turn`,
-:meth:`Pipeline.interrupt`, :attr:`Pipeline.playing_turn_id`,
-:meth:`Pipeline.update_settings`, and :attr:`Pipeline.dialogue` (queries on the
-conversation, run on the engine thread).
+Built and driven through :class:`assistant.loop.conversation.Conversation`, the front
+door: its commands and queries are this class's methods and its dialogue client's.
 """
 
 from __future__ import annotations
@@ -39,18 +36,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from assistant.dialogue.dialogue import (
-    Dialogue,
-    DialogueOptions,
-)
+from assistant.dialogue.dialogue import Dialogue, DialogueOptions
 from assistant.loop import event_log as log
 from assistant.loop.asr_worker import AsrWorker
 from assistant.loop.engine_client import DialogueClient
 from assistant.loop.metrics import compute_metrics
-from assistant.loop.output import OutputCallback, public_event
+from assistant.loop.output import OutputCallback
 from assistant.loop.playback import PlaybackController
+from assistant.loop.publish import Publisher
 from assistant.loop.router import LoopParts, handle_output, poll_playback, run_action
-from assistant.loop.speech_gate import SpeechGate
 from assistant.loop.tasks import cancel_and_wait
 from assistant.loop.tts_worker import TtsWorker
 from assistant.loop.types import EntryCallback, PipelineError, PipelineOptions, PipelineResult
@@ -113,10 +107,8 @@ class Pipeline:
         self.listener = listener
         self.clock = clock
         self.sink = sink
-        self.entries: list[log.Entry] = []
-        self._on_entry = on_entry
-        self._on_output = on_output
-        self._speech_gate = SpeechGate()
+        self._publisher = Publisher(on_entry, on_output)
+        self.entries: list[log.Entry] = self._publisher.entries
         self._loop = asyncio.get_running_loop()
         self._inbox: asyncio.Queue[Any] = asyncio.Queue()
         post = self._post
@@ -353,17 +345,10 @@ class Pipeline:
             await asyncio.sleep(min(remaining, 0.02))
 
     def _emit(self, entry: log.Entry) -> None:
-        self.entries.append(entry)
-        if self._on_entry is not None:
-            self._on_entry(entry)
-        if self._on_output is not None:
-            # Speech starting while a reply holds the floor is held until it counts.
-            over_reply = (isinstance(entry, log.SpeechStartedEntry) and self.interruptions_pause
-                          and self.state in (State.THINKING, State.SPEAKING))
-            for passed in self._speech_gate.feed(entry, over_reply=over_reply):
-                event = public_event(passed)
-                if event is not None:
-                    self._on_output(event)
+        # Speech starting while a reply holds the floor is held until it counts.
+        self._publisher.emit(entry, over_reply=(
+            isinstance(entry, log.SpeechStartedEntry) and self.interruptions_pause
+            and self.state in (State.THINKING, State.SPEAKING)))
 
     def _apply_vad(self) -> None:
         vad = self._pending_vad
