@@ -19,10 +19,8 @@ The host thread loop, after exllamav2's ``iterate()`` and vLLM's engine core bus
 Callers never wait on the engine: :meth:`HostSession.submit` only appends to a queue
 under a short lock, so an event loop submitting a barge-in cut never stalls behind
 engine steps. Failures stay with their owner: a command that raises is reported to
-its session only (:class:`EngineFailed`); a step that fails in some jobs
-(`~assistant.llm.protocol.JobsFailed`) is reported to the sessions owning them; a step
-that fails as a whole stops the generation of the sessions that had some in flight
-(they are told) and the host goes on serving everybody else.
+its session only (:class:`EngineFailed`); how a failed step is told to the sessions it
+concerns while the host goes on serving everybody else is :mod:`assistant.llm.failures`.
 
 For deterministic replay on a virtual clock, :meth:`HostSession.idle` completes once the
 session has nothing queued and no generation in flight.
@@ -40,7 +38,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from assistant.llm.protocol import BackendStats, JobsFailed, LLMBackend, OutOfPages
+from assistant.llm.failures import Built, guard, shed_all, step_failed
+from assistant.llm.protocol import BackendStats, LLMBackend
 from assistant.llm.session import (
     Command,
     EngineFailed,
@@ -272,7 +271,8 @@ class EngineHost:
                 command.run()
             except Exception as exc:
                 # Out of KV memory: speculative work yields first, then one retry.
-                if not self.backend.is_out_of_pages(exc) or not self._shed_all(exc):
+                if (not self.backend.is_out_of_pages(exc)
+                        or not shed_all(self.name, self._built(), exc)):
                     raise
                 command.run()
         except Exception as exc:  # reported to its owner, never kills the thread
@@ -286,64 +286,17 @@ class EngineHost:
         built = self._built()
         try:
             self.backend.step()
-        except OutOfPages as exc:
-            self._relieve(built, exc)
-        except JobsFailed as exc:
-            _log.error("%s: %s", self.name, exc)
-            for session, state in built:
-                owned = [job for job in exc.jobs if state.owns(job)]
-                if owned and not all([state.job_failed(job) for job in owned]):
-                    session.post(EngineFailed(session.name, exc.cause))
         except Exception as exc:
-            _log.exception("%s: engine step failed", self.name)
-            for session, state in built:
-                if state.has_work():
-                    self._guard(session, state, state.abort)
-                    session.post(EngineFailed(session.name, exc))
+            step_failed(self.name, built, exc)
         for session, state in built:
-            self._guard(session, state, functools.partial(self._deliver, session, state))
-
-    def _relieve(self, built: list[tuple[HostSession[Any], Hosted]], exc: OutOfPages) -> None:
-        """No KV memory: speculative work yields first (every session sheds its drafts);
-        if there was none, the conversation holding the most tokens loses its reply
-        with a clear error and the others go on."""
-        if self._shed_all(exc):
-            return
-        busy = [(state.tokens_held(), session, state) for session, state in built
-                if state.has_work()]
-        if not busy:
-            raise RuntimeError(f"out of KV pages with no generation in flight: {exc}") from exc
-        _held, session, state = max(busy, key=lambda b: b[0])
-        _log.error("%s: out of KV pages; stopping the reply of %s (%d tokens held): %s",
-                   self.name, session.name, _held, exc)
-        self._guard(session, state, state.abort)
-        session.post(EngineFailed(session.name, exc))
-
-    def _shed_all(self, exc: BaseException) -> bool:
-        """Every session drops its speculative drafts; True if any had one."""
-        shed = [session.name for session, state in self._built() if state.shed()]
-        if shed:
-            _log.info("%s: out of KV pages (%s); dropped the speculative drafts of %s",
-                      self.name, exc, ", ".join(shed))
-        return bool(shed)
+            guard(session, state, functools.partial(self._deliver, session, state))
 
     @staticmethod
     def _deliver(session: HostSession[Any], state: Hosted) -> None:
         for out in state.collect():
             session.post(out)
 
-    def _guard(self, session: HostSession[Any], state: Hosted, fn: Callable[[], None]) -> None:
-        try:
-            fn()
-        except Exception as exc:
-            _log.exception("%s: engine output failed", session.name)
-            try:
-                state.abort()
-            except Exception:
-                _log.exception("%s: abort failed", session.name)
-            session.post(EngineFailed(session.name, exc))
-
-    def _built(self) -> list[tuple[HostSession[Any], Hosted]]:
+    def _built(self) -> Built:
         with self._cond:
             return [(s, s.state) for s in self._sessions if s.state is not None]
 
@@ -381,7 +334,7 @@ class EngineHost:
         built = self._built()
         share = fair_share(self.backend.capacity_tokens, len(built))
         for session, state in built:
-            self._guard(session, state, functools.partial(state.set_token_budget, share))
+            guard(session, state, functools.partial(state.set_token_budget, share))
 
     def _snapshot_owners(self) -> tuple[OwnerStats, ...]:
         return tuple(OwnerStats(session.name, state.sequences_held(), state.tokens_held())
