@@ -4,6 +4,8 @@
 that follows speech heard while the assistant is thinking or speaking (kept apart as
 its own idea, beside :mod:`assistant.turns.overlap`'s records and
 :mod:`assistant.turns.interruption`'s decision). Pure and synchronous like the manager.
+Each input the manager handles goes here first (``*_over_reply``, returning whether it
+was speech over the reply); the manager applies its own rules to what is left.
 
 - Speech while the assistant holds the floor (thinking or speaking) is a *candidate*
   interruption. It interrupts only once it has been voiced for ``barge_in_min_ms``
@@ -30,16 +32,26 @@ from __future__ import annotations
 from assistant.turns.events import (
     BargeIn,
     CancelResponse,
+    DiscardUtterance,
+    EndOfTurn,
+    FinalizeUtterance,
+    FinalTranscript,
     InterimTranscript,
+    Interrupt,
+    PartialTranscript,
     PauseReply,
     RequestInterim,
+    RequestPartial,
     ResumeReply,
+    ShortPause,
+    SpeechStarted,
     State,
     TurnAction,
+    VoiceFrame,
 )
 from assistant.turns.interruption import Decision, backchannel_only, decide, guessed
 from assistant.turns.options import TurnOptions
-from assistant.turns.overlap import Candidate, PausedReply
+from assistant.turns.overlap import Candidate, PausedReply, Span
 
 __all__ = ["OverReply"]
 
@@ -53,8 +65,21 @@ class OverReply:
     _active_turn: int | None
     _active_user_text: str
     _prefix: str
+    _pending_finals: int
+    _speech_end_ms: int
     _candidate: Candidate | None
     _paused_reply: PausedReply | None
+
+    @property
+    def paused_turn_id(self) -> int | None:
+        """The reply paused by speech over it, its cut undecided, if any."""
+        return self._paused_reply.turn_id if self._paused_reply is not None else None
+
+    @property
+    def hears_over_reply(self) -> bool:
+        """Speech is going on over the reply (counted or not yet): its transcripts decide
+        whether it interrupts, so they come with word probabilities (a guess must not)."""
+        return self._paused_reply is not None or self._candidate is not None
 
     def _open_utterance(self, *, keep_prefix: bool = False,
                         interrupting: bool = False) -> None:
@@ -65,6 +90,149 @@ class OverReply:
 
     def _enter_pause(self, out: list[TurnAction]) -> None:
         raise NotImplementedError
+
+    def _assistant_has_floor(self) -> bool:
+        return self._state in (State.THINKING, State.SPEAKING)
+
+    # ---- inputs: each ``*_over_reply`` returns True when the input was speech over the reply
+
+    def _speech_started_over_reply(self, ev: SpeechStarted, out: list[TurnAction]) -> bool:
+        if self._paused_reply is not None:
+            # More speech after the paused-over speech ended: the user takes the floor;
+            # the ended speech's final transcript is the start of their turn.
+            finalized = self._paused_reply.finalized
+            self._commit_pause(ev.t_ms, out, speaking=True)
+            self._pending_finals += int(finalized)
+            return True
+        if not self._assistant_has_floor():
+            return False
+        if self._candidate is None:
+            voiced = max(0, ev.voiced_ms)
+            self._candidate = Candidate(voiced_ms=voiced, heard=Span(voiced),
+                                        echo_free=ev.echo_free)
+            self._check_candidate(ev.t_ms, out)
+        return True
+
+    def _speech_resumed_over_reply(self) -> bool:
+        if self._paused_reply is not None:
+            self._paused_reply.speech_ended = self._paused_reply.text_current = False
+        elif self._candidate is not None:
+            self._candidate.in_pause = False
+            self._candidate.bursts += 1
+        else:
+            return False
+        return True
+
+    def _on_voice_frame(self, ev: VoiceFrame, out: list[TurnAction]) -> None:
+        paused = self._paused_reply
+        duration = max(0, ev.duration_ms)
+        if paused is not None:
+            paused.speech.add(duration, ev.voiced, in_pause=paused.speech_ended)
+            if ev.voiced:
+                paused.voiced_ms += duration
+                self._decide_pause(ev.t_ms + duration, out)
+            if self._paused_reply is paused:  # still undecided
+                self._request_interim(paused, out)
+            return
+        cand = self._candidate
+        if cand is None:
+            return
+        cand.heard.add(duration, ev.voiced, in_pause=cand.in_pause)
+        if ev.voiced:
+            cand.voiced_ms += duration
+            self._check_candidate(ev.t_ms + duration, out)
+        if self._candidate is cand:
+            self._ask_burst_words(cand, out, ended=cand.burst_ended(ev.voiced))
+
+    def _short_pause_over_reply(self, ev: ShortPause, out: list[TurnAction]) -> bool:
+        if self._paused_reply is not None:
+            self._paused_reply.speech_ended = True
+            self._paused_reply.speech.pause()
+            out.append(RequestPartial())  # what was said, to decide on
+            self._decide_pause(ev.t_ms, out)
+        elif self._candidate is not None:
+            self._candidate.voiced_ms = 0  # an interruption is continuous speech ...
+            self._candidate.in_pause = True
+            self._candidate.heard.pause()
+            # ... or words: the pause's transcript, decoded from the pause's onset as for
+            # a turn, so ready now. A burst too short to be asked about alone ("Wait,"
+            # voiced 320 ms, of which ~100 ms passed the echo gate) still has its words,
+            # with no decode of its own.
+            self._candidate.pause_words_asked(self.options.interruption.interim_every_ms)
+            out.append(RequestPartial())
+        else:
+            return False
+        return True
+
+    def _end_of_speech_over_reply(self, ev: EndOfTurn, out: list[TurnAction]) -> bool:
+        paused = self._paused_reply
+        if paused is not None:
+            paused.speech_ended, paused.speech_end_ms = True, ev.speech_end_ms
+            decision = decide(paused.facts(), self.options.interruption)
+            if decision is Decision.RESUME:
+                out.append(DiscardUtterance())
+                self._resume(ev.t_ms, out)
+            elif decision is Decision.COMMIT:
+                self._commit_pause(ev.t_ms, out, speaking=True)
+                # The user's turn ends here, as usual.
+                return self._end_of_speech_over_reply(ev, out)
+            else:
+                out.append(FinalizeUtterance())  # decide on the final transcript
+                paused.finalized = True
+        elif self._candidate is not None:
+            # Speech while the assistant held the floor ended before it counted.
+            self._candidate = None
+            out.append(DiscardUtterance())
+        else:
+            return False
+        return True
+
+    def _partial_over_reply(self, ev: PartialTranscript, out: list[TurnAction]) -> bool:
+        paused = self._paused_reply
+        if (paused is not None and paused.speech_ended and not paused.finalized
+                and guessed(ev.text, ev.word_p, self.options.interruption)):
+            # The pause's transcript (asked for at the pause, decoded from all of the
+            # speech) only guessed: no more audio will come to a later interim, so it
+            # counts as a sound, as a guessed final does ("Uh-huh." as "Oh." at 0.2).
+            paused.text, paused.word_p, paused.text_current = ev.text, ev.word_p, True
+            self._decide_pause(ev.t_ms, out)
+            return True
+        if self.hears_over_reply:
+            self._on_interim(InterimTranscript(ev.t_ms, ev.text, ev.word_p), out)
+            return True
+        return False
+
+    def _final_of_paused(self, ev: FinalTranscript, out: list[TurnAction]) -> bool:
+        """The final transcript of speech over a paused reply decides its cut; True when
+        the reply resumes (nothing more to do), False when the manager goes on with the
+        final (a cut: the words are the user's turn)."""
+        paused = self._paused_reply
+        if paused is None or not paused.finalized:
+            return False
+        paused.text, paused.word_p, paused.text_current = ev.text, ev.word_p, True
+        if decide(paused.facts(), self.options.interruption) is Decision.RESUME:
+            self._resume(ev.t_ms, out)
+            return True
+        # A real interruption whose speech already ended: its words are the turn.
+        self._commit_pause(ev.t_ms, out)
+        self._pending_finals += 1
+        self._speech_end_ms = paused.speech_end_ms
+        self._set_state(State.THINKING, ev.t_ms, out)
+        return False
+
+    def _interrupt_paused(self, ev: Interrupt, out: list[TurnAction]) -> bool:
+        """The caller's cut of a paused reply wins over the pause; False if none is."""
+        paused = self._paused_reply
+        if paused is None:
+            return False
+        self._commit_pause(ev.t_ms, out, reason=ev.reason, speaking=not paused.finalized)
+        if paused.finalized:  # the user's words, decoding, are their turn
+            self._pending_finals += 1
+            self._speech_end_ms = paused.speech_end_ms
+            self._set_state(State.THINKING, ev.t_ms, out)
+        return True
+
+    # ---- rules
 
     def _on_interim(self, ev: InterimTranscript, out: list[TurnAction]) -> None:
         if guessed(ev.text, ev.word_p, self.options.interruption):

@@ -9,7 +9,8 @@ interruption moves speaking (or thinking) back to user_speaking.
 
 Rules
 - Speech while the assistant holds the floor (thinking or speaking): see
-  :mod:`assistant.turns.over_reply` (a candidate interruption, a barge-in, a paused reply).
+  :mod:`assistant.turns.over_reply` (a candidate interruption, a barge-in, a paused
+  reply), which sees each input first.
 - At each short pause inside the user's turn the manager asks ASR for a partial and,
   when the partial says something new, starts a speculation on it (replacing the
   previous one). At end of turn the latest speculation is handed to the response, which
@@ -37,7 +38,6 @@ from assistant.turns.events import (
     AudioCompleteness,
     AudioStarted,
     BargeIn,
-    DiscardUtterance,
     EndOfTurn,
     FinalizeUtterance,
     FinalTranscript,
@@ -45,7 +45,6 @@ from assistant.turns.events import (
     Interrupt,
     PartialTranscript,
     PlaybackDone,
-    RequestPartial,
     ShortPause,
     SpeechResumed,
     SpeechStarted,
@@ -59,14 +58,9 @@ from assistant.turns.events import (
     TurnRulesChanged,
     VoiceFrame,
 )
-from assistant.turns.interruption import (
-    Decision,
-    decide,
-    guessed,
-)
 from assistant.turns.options import TurnOptions
 from assistant.turns.over_reply import OverReply
-from assistant.turns.overlap import Candidate, PausedReply, Span
+from assistant.turns.overlap import Candidate, PausedReply
 from assistant.turns.pause_evidence import PauseEvidence
 
 __all__ = ["TurnManager", "join_text"]
@@ -120,17 +114,6 @@ class TurnManager(OverReply):
         return self._next_turn_id
 
     @property
-    def paused_turn_id(self) -> int | None:
-        """The reply paused by speech over it, its cut undecided, if any."""
-        return self._paused_reply.turn_id if self._paused_reply is not None else None
-
-    @property
-    def hears_over_reply(self) -> bool:
-        """Speech is going on over the reply (counted or not yet): its transcripts decide
-        whether it interrupts, so they come with word probabilities (a guess must not)."""
-        return self._paused_reply is not None or self._candidate is not None
-
-    @property
     def speculation_id(self) -> int | None:
         """The live speculation of the open user turn, if any."""
         return self._evidence.spec_id
@@ -148,34 +131,18 @@ class TurnManager(OverReply):
 
     # ------------------------------------------------------------------ handlers
 
-    def _assistant_has_floor(self) -> bool:
-        return self._state in (State.THINKING, State.SPEAKING)
-
     def _on_speech_started(self, ev: SpeechStarted, out: list[TurnAction]) -> None:
-        if self._paused_reply is not None:
-            # More speech after the paused-over speech ended: the user takes the floor;
-            # the ended speech's final transcript is the start of their turn.
-            finalized = self._paused_reply.finalized
-            self._commit_pause(ev.t_ms, out, speaking=True)
-            self._pending_finals += int(finalized)
+        if self._speech_started_over_reply(ev, out):
             return
         if self._state is State.LISTENING:
             self._open_utterance()
             self._set_state(State.USER_SPEAKING, ev.t_ms, out)
-        elif self._assistant_has_floor() and self._candidate is None:
-            voiced = max(0, ev.voiced_ms)
-            self._candidate = Candidate(voiced_ms=voiced, heard=Span(voiced),
-                                        echo_free=ev.echo_free)
-            self._check_candidate(ev.t_ms, out)
         # In user_speaking the utterance is already open: nothing to do.
 
     def _on_speech_resumed(self, ev: SpeechResumed, out: list[TurnAction]) -> None:
-        if self._paused_reply is not None:
-            self._paused_reply.speech_ended = self._paused_reply.text_current = False
-        elif self._candidate is not None:
-            self._candidate.in_pause = False
-            self._candidate.bursts += 1
-        elif self._state is State.USER_SPEAKING:
+        if self._speech_resumed_over_reply():
+            return
+        if self._state is State.USER_SPEAKING:
             self._paused = False
             self._evidence.speech_resumed()
 
@@ -196,13 +163,7 @@ class TurnManager(OverReply):
     def _on_interrupt(self, ev: Interrupt, out: list[TurnAction]) -> None:
         if ev.turn_id != self._active_turn or not self._assistant_has_floor():
             return
-        paused = self._paused_reply
-        if paused is not None:  # the caller's cut wins over the pause
-            self._commit_pause(ev.t_ms, out, reason=ev.reason, speaking=not paused.finalized)
-            if paused.finalized:  # the user's words, decoding, are their turn
-                self._pending_finals += 1
-                self._speech_end_ms = paused.speech_end_ms
-                self._set_state(State.THINKING, ev.t_ms, out)
+        if self._interrupt_paused(ev, out):  # the caller's cut wins over the pause
             return
         out.append(BargeIn(turn_id=ev.turn_id, t_ms=ev.t_ms, reason=ev.reason))
         self._active_turn = None
@@ -214,44 +175,10 @@ class TurnManager(OverReply):
         else:
             self._set_state(State.LISTENING, ev.t_ms, out)
 
-    def _on_voice_frame(self, ev: VoiceFrame, out: list[TurnAction]) -> None:
-        paused = self._paused_reply
-        duration = max(0, ev.duration_ms)
-        if paused is not None:
-            paused.speech.add(duration, ev.voiced, in_pause=paused.speech_ended)
-            if ev.voiced:
-                paused.voiced_ms += duration
-                self._decide_pause(ev.t_ms + duration, out)
-            if self._paused_reply is paused:  # still undecided
-                self._request_interim(paused, out)
-            return
-        cand = self._candidate
-        if cand is None:
-            return
-        cand.heard.add(duration, ev.voiced, in_pause=cand.in_pause)
-        if ev.voiced:
-            cand.voiced_ms += duration
-            self._check_candidate(ev.t_ms + duration, out)
-        if self._candidate is cand:
-            self._ask_burst_words(cand, out, ended=cand.burst_ended(ev.voiced))
-
     def _on_short_pause(self, ev: ShortPause, out: list[TurnAction]) -> None:
-        if self._paused_reply is not None:
-            self._paused_reply.speech_ended = True
-            self._paused_reply.speech.pause()
-            out.append(RequestPartial())  # what was said, to decide on
-            self._decide_pause(ev.t_ms, out)
-        elif self._candidate is not None:
-            self._candidate.voiced_ms = 0  # an interruption is continuous speech ...
-            self._candidate.in_pause = True
-            self._candidate.heard.pause()
-            # ... or words: the pause's transcript, decoded from the pause's onset as for
-            # a turn, so ready now. A burst too short to be asked about alone ("Wait,"
-            # voiced 320 ms, of which ~100 ms passed the echo gate) still has its words,
-            # with no decode of its own.
-            self._candidate.pause_words_asked(self.options.interruption.interim_every_ms)
-            out.append(RequestPartial())
-        elif self._state is State.USER_SPEAKING and not self._paused:
+        if self._short_pause_over_reply(ev, out):
+            return
+        if self._state is State.USER_SPEAKING and not self._paused:
             self._enter_pause(out)
 
     def _on_rules_changed(self, ev: TurnRulesChanged, out: list[TurnAction]) -> None:
@@ -268,24 +195,9 @@ class TurnManager(OverReply):
         self._evidence.enter_pause(out)
 
     def _on_end_of_turn(self, ev: EndOfTurn, out: list[TurnAction]) -> None:
-        paused = self._paused_reply
-        if paused is not None:
-            paused.speech_ended, paused.speech_end_ms = True, ev.speech_end_ms
-            decision = decide(paused.facts(), self.options.interruption)
-            if decision is Decision.RESUME:
-                out.append(DiscardUtterance())
-                self._resume(ev.t_ms, out)
-            elif decision is Decision.COMMIT:
-                self._commit_pause(ev.t_ms, out, speaking=True)
-                self._on_end_of_turn(ev, out)  # the user's turn ends here, as usual
-            else:
-                out.append(FinalizeUtterance())  # decide on the final transcript
-                paused.finalized = True
-        elif self._candidate is not None:
-            # Speech while the assistant held the floor ended before it counted.
-            self._candidate = None
-            out.append(DiscardUtterance())
-        elif self._state is State.USER_SPEAKING:
+        if self._end_of_speech_over_reply(ev, out):
+            return
+        if self._state is State.USER_SPEAKING:
             self._pending_finals += 1
             self._speech_end_ms = ev.speech_end_ms
             self._paused = False
@@ -293,17 +205,7 @@ class TurnManager(OverReply):
             self._set_state(State.THINKING, ev.t_ms, out)
 
     def _on_partial(self, ev: PartialTranscript, out: list[TurnAction]) -> None:
-        paused = self._paused_reply
-        if (paused is not None and paused.speech_ended and not paused.finalized
-                and guessed(ev.text, ev.word_p, self.options.interruption)):
-            # The pause's transcript (asked for at the pause, decoded from all of the
-            # speech) only guessed: no more audio will come to a later interim, so it
-            # counts as a sound, as a guessed final does ("Uh-huh." as "Oh." at 0.2).
-            paused.text, paused.word_p, paused.text_current = ev.text, ev.word_p, True
-            self._decide_pause(ev.t_ms, out)
-            return
-        if self.hears_over_reply:
-            self._on_interim(InterimTranscript(ev.t_ms, ev.text, ev.word_p), out)
+        if self._partial_over_reply(ev, out):
             return
         if self._state is not State.USER_SPEAKING or not self._paused:
             return
@@ -321,17 +223,8 @@ class TurnManager(OverReply):
         self._evidence.audio_scored(ev.pause, ev.p_complete, out)
 
     def _on_final(self, ev: FinalTranscript, out: list[TurnAction]) -> None:
-        paused = self._paused_reply
-        if paused is not None and paused.finalized:
-            paused.text, paused.word_p, paused.text_current = ev.text, ev.word_p, True
-            if decide(paused.facts(), self.options.interruption) is Decision.RESUME:
-                self._resume(ev.t_ms, out)
-                return
-            # A real interruption whose speech already ended: its words are the turn.
-            self._commit_pause(ev.t_ms, out)
-            self._pending_finals += 1
-            self._speech_end_ms = paused.speech_end_ms
-            self._set_state(State.THINKING, ev.t_ms, out)
+        if self._final_of_paused(ev, out):
+            return  # the reply resumes
         if self._pending_finals <= 0:
             return  # no utterance was finalised: a stray report
         self._pending_finals -= 1
