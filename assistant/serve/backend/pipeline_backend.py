@@ -5,9 +5,9 @@ A daemon session is the same conversation as ``assistant talk``, opened the same
 `NetworkSource` feeds it the client's audio on the session's audio clock, a
 `NetworkSink` plays (and sends) its replies, and its dialogue lives on the engine
 thread every session shares (:class:`~assistant.llm.host.EngineHost`). The
-conversation's public output (`assistant.loop.output`: speech started / stopped, final
-transcripts, response started / done / withdrawn) is what this backend listens to, each
-event translated into `BackendEvent`\\ s;
+conversation's public output (`assistant.loop.output`) is what this backend listens to,
+translated into `BackendEvent`\\ s by
+:class:`~assistant.serve.backend.conversation_events.ConversationEvents`;
 :class:`~assistant.serve.backend.ledger.ResponseLedger` maps turns to responses.
 
 Things the Realtime protocol has and the local loop does not, all through the
@@ -49,9 +49,9 @@ import numpy as np
 import numpy.typing as npt
 
 from assistant.loop import event_log as L
-from assistant.loop import output as O
 from assistant.loop.tasks import cancel_and_wait
 from assistant.serve.backend import contract as B
+from assistant.serve.backend.conversation_events import ConversationEvents
 from assistant.serve.backend.ledger import ResponseLedger
 from assistant.serve.backend.manual_turns import ManualTurns
 from assistant.serve.backend.network_io import NetworkSource, RecordingSynthesizer
@@ -81,8 +81,13 @@ class PipelineBackend:
                                      queue_size=runtime.session_queue)
         self._source.hold = settings.turn_detection is None
         self._recorder = RecordingSynthesizer(runtime.models.synthesizer)
+        self._ledger = ResponseLedger()
+        self._output = ConversationEvents(
+            ledger=self._ledger, recorder=self._recorder, emit=self._emit,
+            settings=lambda: self._settings, active_turn=self._playing_turn,
+            forget_before=self._forget_before, min_speech_ms=runtime.settings.vad.min_speech_ms)
         self._sink = NetworkSink(self._clock, self._recorder.sample_rate, recorder=self._recorder,
-                                 current_turn=self._playing_turn, emit=self._on_chunk,
+                                 current_turn=self._playing_turn, emit=self._output.on_chunk,
                                  delta_ms=runtime.audio_delta_ms, lead_ms=runtime.audio_lead_ms,
                                  keeps_sent=self._client_keeps_playing)
         self._cut_reported = False
@@ -90,13 +95,8 @@ class PipelineBackend:
         self._pipeline: Conversation | None = None
         self._ready = asyncio.Event()
         self._closed = False
-        self._ledger = ResponseLedger()
-        self._requested_modalities: dict[int, tuple[str, ...]] = {}
-        """``response.create``'s output modalities by response key, until it starts."""
         transcriber = runtime.models.transcriber
         self._manual = ManualTurns(lambda pcm: transcriber.transcribe(pcm).text.strip())
-        self._speech_start_ms = 0
-        self._awaiting_transcripts = 0
         self._rebuilding = asyncio.Lock()
         self._retiring: set[Conversation] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -143,7 +143,7 @@ class PipelineBackend:
         # synthesised ahead too, once a reply adopts it; silent if that turn is text).
         return Conversation.open(self._rt.models, self._conversation_settings(settings),
                                  clock=self._clock, sink=self._sink,
-                                 synthesizer=self._recorder, on_output=self._on_output)
+                                 synthesizer=self._recorder, on_output=self._output.on_output)
 
     async def _ensure_ready(self) -> Conversation:
         await self._ready.wait()
@@ -273,7 +273,7 @@ class PipelineBackend:
                 "nothing to respond to: commit audio or create a user text item first")
         key = self._ledger.request()
         if request.output_modalities is not None:
-            self._requested_modalities[key] = request.output_modalities
+            self._output.request_modalities(key, request.output_modalities)
         self._spawn(self._start_requested(key, request.max_output_tokens), "response-create")
         return key
 
@@ -296,7 +296,7 @@ class PipelineBackend:
             self._fail_request(key, "busy")
 
     def _fail_request(self, key: int, reason: str) -> None:
-        self._requested_modalities.pop(key, None)
+        self._output.drop_request(key)
         if self._ledger.drop_request(key):
             self._emit(B.ResponseStarted(response_key=key))
             self._emit(B.ResponseFinished(response_key=key, status="failed", reason=reason))
@@ -358,7 +358,7 @@ class PipelineBackend:
         pipeline = self._pipeline
         return [] if pipeline is None else list(pipeline.entries)
 
-    # ------------------------------------------------------------------ pipeline events
+    # ------------------------------------------------------------------ output
 
     def _emit(self, event: B.BackendEvent) -> None:
         if not self._closed:
@@ -375,78 +375,8 @@ class PipelineBackend:
         return self._cut_reported or (pipeline is not None
                                       and pipeline.paused_turn_id is not None)
 
-    def _on_chunk(self, turn: int, text: str, pcm: bytes) -> None:
-        key = self._ledger.key_of(turn)
-        if key is None or turn != self._ledger.open_turn:
-            return
-        if text:
-            self._emit(B.ResponseText(response_key=key, delta=text))
-        if pcm:
-            self._emit(B.ResponseAudio(response_key=key, pcm=pcm))
-
-    def _on_output(self, event: O.ConversationEvent) -> None:
-        handler = _OUTPUT_HANDLERS.get(type(event))
-        if handler is not None:  # the floor's state and transcripts in progress: not sent
-            handler(self, event)
-
-    def _on_speech_started(self, event: O.SpeechStarted) -> None:
-        td = self._settings.turn_detection or B.TurnDetectionSettings()
-        self._speech_start_ms = max(
-            0, event.t_ms - self._rt.settings.vad.min_speech_ms - td.prefix_padding_ms)
-        self._emit(B.SpeechStarted(audio_start_ms=self._speech_start_ms))
-
-    def _on_speech_stopped(self, event: O.SpeechStopped) -> None:
-        self._emit(B.SpeechStopped(audio_end_ms=event.t_ms))
-        if not event.discarded:
-            self._awaiting_transcripts += 1
-            self._emit(B.InputCommitted(audio_ms=max(0, event.speech_end_ms
-                                                     - self._speech_start_ms)))
-
-    def _on_transcript(self, event: O.TranscriptFinal) -> None:
-        if self._awaiting_transcripts > 0:
-            self._awaiting_transcripts -= 1
-            self._emit(B.UserTranscript(text=event.text,
-                                        audio_ms=max(0, event.t_ms - self._speech_start_ms)))
-
-    def _on_response_started(self, event: O.ResponseStarted) -> None:
-        pipeline = self._pipeline
-        if pipeline is None or event.turn_id != pipeline.active_turn_id:
-            return  # a reply withdrawn before it started
-        key = self._ledger.start(event.turn_id, B.TokenUsage(
-            input_tokens=event.prompt_tokens_reused + event.prompt_tokens_computed,
-            cached_tokens=event.prompt_tokens_reused))
-        # Text only: no speech, so the text goes out as it is generated (the TTS worker
-        # speaks this turn's clauses after this, in order).
-        modalities = self._requested_modalities.pop(key, self._settings.output_modalities)
-        self._recorder.set_text_only(event.turn_id, "audio" not in modalities)
-        self._recorder.forget_before(event.turn_id - 4)
-        self._sink.forget_before(event.turn_id - 4)
-        self._ledger.forget_before(event.turn_id - 4)
-        self._emit(B.ResponseStarted(response_key=key))
-
-    def _on_response_done(self, event: O.ResponseDone) -> None:
-        done = self._ledger.finish(event.turn_id, text=event.text,
-                                   output_tokens=event.generated_tokens,
-                                   interrupted=event.interrupted)
-        if done is not None:
-            self._emit(done)
-
-    def _on_response_withdrawn(self, event: O.ResponseWithdrawn) -> None:
-        done = self._ledger.withdraw(event.turn_id)
-        if done is not None:
-            self._emit(done)
-
-    def _on_engine_failed(self, event: O.Failure) -> None:
-        self._emit(B.BackendFailure(code="engine_failed", message=event.error))
-
-
-_OUTPUT_HANDLERS: dict[type, Any] = {
-    O.SpeechStarted: PipelineBackend._on_speech_started,
-    O.SpeechStopped: PipelineBackend._on_speech_stopped,
-    O.TranscriptFinal: PipelineBackend._on_transcript,
-    O.ResponseStarted: PipelineBackend._on_response_started,
-    O.ResponseDone: PipelineBackend._on_response_done,
-    O.ResponseWithdrawn: PipelineBackend._on_response_withdrawn,
-    O.Failure: PipelineBackend._on_engine_failed,
-}
-"""The conversation's public event type -> what the Realtime session hears of it."""
+    def _forget_before(self, turn_id: int) -> None:
+        """Drop the per-turn state of turns before ``turn_id`` (ids and texts stay)."""
+        self._recorder.forget_before(turn_id)
+        self._sink.forget_before(turn_id)
+        self._ledger.forget_before(turn_id)
