@@ -16,8 +16,9 @@ conversation's commands:
 - ``response.cancel``: ``interrupt`` (stop the sink, cut at the words heard).
 - ``conversation.item.truncate`` after a reply was closed: ``truncate`` shortens the
   closed turn in the history and the sequence.
-- Manual turns (``turn_detection: null``): :class:`ManualTurns` holds the committed
-  audio's transcripts and text items; ``response.create`` submits them as a text turn
+- Manual turns (``turn_detection: null``):
+  :class:`~assistant.serve.backend.client_turns.ClientTurns` holds the committed audio's
+  transcripts and text items; ``response.create`` submits them as a text turn
   (``submit_text``).
 - ``session.update``: ``update`` (generation options from the next turn, VAD at the end
   of the utterance in progress, turn-taking rules now); changed instructions open a new
@@ -51,9 +52,9 @@ import numpy.typing as npt
 from assistant.loop import event_log as L
 from assistant.loop.tasks import cancel_and_wait
 from assistant.serve.backend import contract as B
+from assistant.serve.backend.client_turns import ClientTurns
 from assistant.serve.backend.conversation_events import ConversationEvents
 from assistant.serve.backend.ledger import ResponseLedger
-from assistant.serve.backend.manual_turns import ManualTurns
 from assistant.serve.backend.network_io import NetworkSource, RecordingSynthesizer
 from assistant.serve.backend.network_sink import NetworkSink
 from assistant.serve.backend.settings_map import conversation_settings
@@ -96,7 +97,11 @@ class PipelineBackend:
         self._ready = asyncio.Event()
         self._closed = False
         transcriber = runtime.models.transcriber
-        self._manual = ManualTurns(lambda pcm: transcriber.transcribe(pcm).text.strip())
+        self._client = ClientTurns(
+            source=self._source, sample_rate=self._clock.sample_rate,
+            transcribe=lambda pcm: transcriber.transcribe(pcm).text.strip(),
+            ledger=self._ledger, output=self._output, emit=self._emit, spawn=self._spawn,
+            conversation=self._ensure_ready)
         self._rebuilding = asyncio.Lock()
         self._retiring: set[Conversation] = set()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -156,7 +161,7 @@ class PipelineBackend:
         self._closed = True
         self._source.close()
         await cancel_and_wait(*self._tasks, logger=log, what="session task")
-        await self._manual.cancel()
+        await self._client.cancel()
         for pipeline in [*self._retiring, self._pipeline]:
             if pipeline is not None:
                 await pipeline.aclose()
@@ -188,7 +193,7 @@ class PipelineBackend:
                 "turn_detection: null and response.create",
                 param="session.audio.input.turn_detection.create_response")
         changed = settings.instructions != old.instructions
-        started = self._ledger.started or self._manual.pending
+        started = self._ledger.started or self._client.pending
         if changed and started and not (old.instructions and settings.instructions):
             raise B.BackendRejected(
                 "unsupported_value",
@@ -230,76 +235,18 @@ class PipelineBackend:
         await self._source.put(pcm)
 
     def commit_audio(self) -> None:
-        if not self._source.hold:
-            raise B.BackendRejected(
-                "unsupported_event",
-                "input_audio_buffer.commit needs turn_detection: null (server VAD commits)")
-        pcm = self._source.take_held()
-        if pcm.size == 0:
-            raise B.BackendRejected("input_audio_buffer_commit_empty",
-                                    "the input audio buffer is empty")
-        audio_ms = pcm.size * 1000 // self._clock.sample_rate
-        self._emit(B.InputCommitted(audio_ms=audio_ms))
-        task = self._manual.commit(pcm)
-
-        def transcribed(task: asyncio.Task[str]) -> None:
-            if not task.cancelled() and task.exception() is None:
-                self._emit(B.UserTranscript(text=task.result(), audio_ms=audio_ms))
-
-        task.add_done_callback(transcribed)
+        self._client.commit_audio()
 
     def clear_audio(self) -> None:
         self._source.clear_held()
 
     def add_text(self, role: Literal["user", "assistant", "system"], text: str) -> None:
-        if role != "user":
-            raise B.BackendRejected("unsupported_item",
-                                    f"{role} text items are not supported; send user text",
-                                    param="item.role")
-        self._manual.add_text(text)
+        self._client.add_text(role, text)
 
     # ------------------------------------------------------------------ responses
 
     def create_response(self, request: B.ResponseRequest) -> int:
-        if request.instructions:
-            raise B.BackendRejected("unsupported_value", "per-response instructions are not "
-                                    "supported; use session.update", param="response.instructions")
-        if self._ledger.busy:
-            raise B.BackendRejected("conversation_already_has_active_response",
-                                    "a response is in progress")
-        if not self._manual.pending:
-            raise B.BackendRejected(
-                "no_user_input",
-                "nothing to respond to: commit audio or create a user text item first")
-        key = self._ledger.request()
-        if request.output_modalities is not None:
-            self._output.request_modalities(key, request.output_modalities)
-        self._spawn(self._start_requested(key, request.max_output_tokens), "response-create")
-        return key
-
-    async def _start_requested(self, key: int, max_tokens: int | None) -> None:
-        pipeline = await self._ensure_ready()
-        try:
-            text = await self._manual.take_text()
-        except Exception as exc:
-            log.exception("transcribing the committed audio failed")
-            self._fail_request(key, "transcription_failed")
-            self._emit(B.BackendFailure(code="transcription_failed",
-                                        message=f"could not transcribe the audio: {exc}"))
-            return
-        if self._ledger.requested != key:
-            return
-        if not text:
-            self._fail_request(key, "no_user_input")
-            return
-        if pipeline.submit_text(text, max_new_tokens=max_tokens) is None:
-            self._fail_request(key, "busy")
-
-    def _fail_request(self, key: int, reason: str) -> None:
-        self._output.drop_request(key)
-        if self._ledger.drop_request(key):
-            self._emit(B.ResponseStarted(response_key=key))
-            self._emit(B.ResponseFinished(response_key=key, status="failed", reason=reason))
+        return self._client.create_response(request)
 
     def cancel_response(self, reason: str = "client_cancelled", *,
                         reported: bool = False) -> bool:
