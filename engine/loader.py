@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from engine.paged_runner import PagedRunner
-    from engine.quantize import QuantizedTensors
     from engine.weight_formats import DensePrefill
+    from engine.weight_quant import QuantizedTensors
 
 __all__ = ["eos_token_ids_for", "load_runner", "resolve_dtype", "runner_from_hf_model"]
 
@@ -71,9 +71,9 @@ def load_runner(model_path: str | Path, *, gguf_file: str | None = None, device:
     quantized = None
     if fmt in ("int8", "int4") and cache_dir is not None:
         from engine.model_weights import fused_linears
-        from engine.quantize import quantize_linear
         from engine.weight_cache import load_or_quantize
         from engine.weight_formats import format_for_linear
+        from engine.weight_quant import quantize_linear
 
         state = hf_model.state_dict()
         quantized = load_or_quantize(

@@ -15,12 +15,10 @@ from engine.model_config import ModelConfig
 from engine.quantize import (
     DenseLinear,
     Linear,
-    QuantizedTensors,
     bf16_linear,
     bf16_packs_float16,
     float16_gemm,
     linear_from_quantized,
-    quantize_linear,
 )
 from engine.rope import RopeTables, rope_inv_freq
 from engine.weight_formats import (
@@ -30,6 +28,7 @@ from engine.weight_formats import (
     format_for_linear,
     vnni_int8_for,
 )
+from engine.weight_quant import QuantizedTensors, quantize_linear
 
 __all__ = ["LayerWeights", "ModelWeights", "fused_linears", "weights_from_state_dict"]
 

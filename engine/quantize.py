@@ -18,8 +18,9 @@ All use kernels that ship with torch (no C++ of ours):
   copy for decode steps, whose kernel quantizes the activations too
   (`engine.weight_formats.vnni_int8_for`).
 - ``int4``: group-wise asymmetric 4-bit weights (``q * scale + min`` per group of
-  `INT4_GROUP` inputs, the layout of llama.cpp's Q4_1), ``aten._weight_int4pack_mm_for_cpu``
-  on CPU and the tinygemm ``aten._weight_int4pack_mm`` on CUDA.
+  `engine.weight_quant.INT4_GROUP` inputs, the layout of llama.cpp's Q4_1),
+  ``aten._weight_int4pack_mm_for_cpu`` on CPU and the tinygemm ``aten._weight_int4pack_mm``
+  on CUDA.
 
 On CPUs that multiply bfloat16 matrices in hardware (AMX or AVX512-BF16), the quantized
 formats also keep a dense bfloat16 copy of each weight for calls of `DENSE_ROWS` rows or
@@ -30,9 +31,10 @@ the output projection (`engine.weight_formats.dense_copy_for`; +2 bytes per weig
 
 Which format and kernel each projection gets on a device is `engine.weight_formats`.
 
-Quantization is split from packing: `quantize_linear` returns device-independent tensors
-(int8 values, or int4 nibbles two per byte, plus scales) that `engine.weight_cache` stores;
-`Linear`s are built from those on the target device.
+Quantization is split from packing: `engine.weight_quant.quantize_linear` returns
+device-independent tensors (int8 values, or int4 nibbles two per byte, plus scales) that
+`engine.weight_cache` stores; `Linear`s are built from those here, on the target device
+(`linear_from_quantized`).
 """
 
 from __future__ import annotations
@@ -46,26 +48,22 @@ import torch
 import torch.nn.functional as F
 
 from engine.errors import EngineError
-from engine.weight_formats import DENSE_ROWS, PREFILL_ROWS, DenseCopy, WeightFormat
+from engine.weight_formats import DENSE_ROWS, PREFILL_ROWS, DenseCopy
+from engine.weight_quant import QuantizedTensors, dequantize, int4_values, unpack_nibbles
 
 __all__ = [
-    "INT4_GROUP",
     "DenseLinear",
     "Fp16PackedLinear",
     "Int4Linear",
     "Int8Linear",
     "Linear",
-    "QuantizedTensors",
     "bf16_linear",
     "bf16_packs_float16",
-    "dequantize",
     "fbgemm_int8",
+    "float16_gemm",
     "linear_from_quantized",
-    "quantize_linear",
+    "tinygemm_inner_k_tiles",
 ]
-
-INT4_GROUP = 32
-"""Inputs per int4 scale/min group (llama.cpp's Q4 block size)."""
 
 
 class Linear:
@@ -230,7 +228,7 @@ class Int4Linear(Linear):
     out_features: int  # type: ignore[misc]
     bias: torch.Tensor | None
     nibbles: torch.Tensor | None = None
-    """CPU without `dense` only: `quantize_linear`'s nibbles, for the float32 prefill path
+    """CPU without `dense` only: the weight's int4 nibbles, for the float32 prefill path
     (+0.5 byte/weight)."""
     scale_min: torch.Tensor | None = None
     """float32 ``[2, out, in / group, 1]``: scale and min for that path."""
@@ -243,7 +241,7 @@ class Int4Linear(Linear):
         """float32 ``[out, in]`` (needs `nibbles`)."""
         assert self.nibbles is not None and self.scale_min is not None
         scale, low = self.scale_min
-        return _int4_values(self.nibbles, scale, low)
+        return int4_values(self.nibbles, scale, low)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.dim() != 2:  # the kernels take rows: [..., in] -> [rows, in]
@@ -321,69 +319,15 @@ def _dense_copy(tensors: QuantizedTensors, kind: DenseCopy, device: torch.device
     return DenseLinear(weight.to(torch.bfloat16).contiguous(), None, input_major=False)
 
 
-QuantizedTensors = dict[str, torch.Tensor]
-"""Device-independent quantized values of one weight (see `quantize_linear`)."""
-
-
-def quantize_linear(weight: torch.Tensor, fmt: WeightFormat) -> QuantizedTensors | None:
-    """Quantize a float ``[out, in]`` weight (computed in float32 on its device).
-
-    int8: ``{"q": int8 [out, in], "scale": f32 [out]}``. int4: ``{"nibbles": uint8
-    [out, in / 2] (even input index in the low nibble), "scale": f32 [in / G, out],
-    "min": f32 [in / G, out]}``. None for the dense formats, and for int4 when `in` is
-    not a multiple of `INT4_GROUP` (such a weight falls back to int8: see
-    `linear_from_quantized`)."""
-    w = weight.detach().float()
-    if fmt == "int8":
-        scale = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0
-        q = torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8)
-        return {"q": q, "scale": scale}
-    if fmt == "int4":
-        out_features, in_features = w.shape
-        if in_features % INT4_GROUP:
-            return quantize_linear(weight, "int8")
-        groups = w.view(out_features, in_features // INT4_GROUP, INT4_GROUP)
-        low = groups.amin(dim=-1)
-        high = groups.amax(dim=-1)
-        scale = ((high - low) / 15.0).clamp(min=1e-12)
-        q = torch.round((groups - low[..., None]) / scale[..., None]).clamp(0, 15)
-        q = q.to(torch.uint8).view(out_features, in_features)
-        nibbles = q[:, 0::2] | (q[:, 1::2] << 4)
-        return {"nibbles": nibbles.contiguous(), "scale": scale.t().contiguous(),
-                "min": low.t().contiguous()}
-    return None
-
-
-def dequantize(tensors: QuantizedTensors) -> torch.Tensor:
-    """float32 ``[out, in]`` from `quantize_linear`'s tensors."""
-    if "q" in tensors:
-        return tensors["q"].float() * tensors["scale"].float()[:, None]
-    return _int4_values(tensors["nibbles"], tensors["scale"].t().float()[..., None],
-                        tensors["min"].t().float()[..., None])
-
-
-def _unpack_nibbles(nibbles: torch.Tensor) -> torch.Tensor:
-    """uint8 ``[out, in / 2]`` (even input index in the low nibble) -> ``[out, in]``."""
-    return torch.stack([nibbles & 0xF, nibbles >> 4], dim=-1).view(nibbles.shape[0], -1)
-
-
-def _int4_values(nibbles: torch.Tensor, scale: torch.Tensor, low: torch.Tensor
-                 ) -> torch.Tensor:
-    """float32 ``[out, in]``: ``q * scale + min`` per group, with `scale` and `low` float32
-    ``[out, in / group, 1]``."""
-    out_features, groups = nibbles.shape[0], scale.shape[1]
-    q = _unpack_nibbles(nibbles).view(out_features, groups, -1)
-    return torch.addcmul(low, q.float(), scale).reshape(out_features, -1)
-
-
 def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, *,
                           device: torch.device, dtype: torch.dtype,
                           dense: DenseCopy | None = None, dense_rows: int = DENSE_ROWS,
                           vnni: bool = False) -> Linear:
-    """A `Linear` on `device` computing in `dtype` from `quantize_linear`'s tensors; `dense`
-    also keeps a 16-bit copy of that kind for calls of `dense_rows` rows or more (see
-    `dense_copy_for`; a float16 copy for every call is the linear itself, returning float32);
-    `vnni` an int8 weight's fbgemm copy for few rows on CPU (see `vnni_int8_for`)."""
+    """A `Linear` on `device` computing in `dtype` from the tensors of
+    `engine.weight_quant.quantize_linear`; `dense` also keeps a 16-bit copy of that kind
+    for calls of `dense_rows` rows or more (see `dense_copy_for`; a float16 copy for every
+    call is the linear itself, returning float32); `vnni` an int8 weight's fbgemm copy for
+    few rows on CPU (see `vnni_int8_for`)."""
     if dense == "fp16" and dense_rows <= 1:
         weight = dequantize(tensors).to(device)
         if _fits_float16(weight):
@@ -403,7 +347,7 @@ def linear_from_quantized(tensors: QuantizedTensors, bias: torch.Tensor | None, 
     scales_and_zeros = torch.stack([scale, zeros], dim=-1).to(device=device, dtype=dtype)
     if device.type == "cpu":
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(
-            _unpack_nibbles(nibbles).to(torch.int32), 1)
+            unpack_nibbles(nibbles).to(torch.int32), 1)
         fp32_prefill = copy is None  # without the copy, many rows dequantize (float32)
         return Int4Linear(packed, scales_and_zeros.contiguous(), group, in_features,
                           out_features, bias,

@@ -19,13 +19,13 @@ from pathlib import Path
 import torch
 
 from engine.errors import EngineError
-from engine.quantize import INT4_GROUP, QuantizedTensors
 from engine.weight_formats import WeightFormat
+from engine.weight_quant import INT4_GROUP, QuantizedTensors
 
 __all__ = ["SCHEME_VERSION", "ALIGN", "cache_path", "load_or_quantize"]
 
 SCHEME_VERSION = 2
-"""Bumped whenever `engine.quantize.quantize_linear`'s output changes."""
+"""Bumped whenever `engine.weight_quant.quantize_linear`'s output changes."""
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".gguf", ".pt", ".json")
 

@@ -22,7 +22,8 @@ import pytest
 import torch
 
 from engine.cpu_features import CpuFeatures, cpu_features
-from engine.quantize import fbgemm_int8, quantize_linear
+from engine.quantize import fbgemm_int8
+from engine.weight_quant import quantize_linear
 
 __all__ = ["CPU_PROFILES", "fbgemm_int8_saturates", "pretend_cpu", "profile_skip_reason"]
 

@@ -24,9 +24,7 @@ from engine.quantize import (
     Int8Linear,
     bf16_linear,
     bf16_packs_float16,
-    dequantize,
     linear_from_quantized,
-    quantize_linear,
     tinygemm_inner_k_tiles,
 )
 from engine.runner import DecodeItem
@@ -41,6 +39,7 @@ from engine.weight_formats import (
     resolve_weight_format,
     vnni_int8_for,
 )
+from engine.weight_quant import dequantize, quantize_linear
 from tests.cpu_profiles import CPU_PROFILES, fbgemm_int8_saturates, pretend_cpu
 from tests.engine.conftest import TINY_VOCAB
 from tests.engine.fake_runner import ByteTokenizer
