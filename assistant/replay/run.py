@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from assistant.app.config import AppConfig
-from assistant.loop.event_log import Entry, write_jsonl
+from assistant.loop.event_log import Entry
 from assistant.loop.live import threaded_frames
+from assistant.loop.log_codec import write_jsonl
 from assistant.loop.pipeline import PipelineOptions, PipelineResult
 from assistant.loop.setup import LoopModels, echo_options, open_conversation
 from audio.chunk import AudioChunk

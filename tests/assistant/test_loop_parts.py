@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from assistant.loop import event_log as log
+from assistant.loop import log_codec as codec
 from assistant.loop.asr_worker import AsrFinal, AsrPartial, AsrPreview, AsrWorker
 from assistant.loop.metrics import compute_metrics, percentile
 from assistant.loop.playback import ReplyPlayback
@@ -45,12 +46,12 @@ def _example(cls: type[log.Entry]) -> log.Entry:
 @pytest.mark.parametrize("cls", list(log.ENTRY_TYPES.values()), ids=list(log.ENTRY_TYPES))
 def test_every_entry_round_trips_through_jsonl(cls: type[log.Entry], tmp_path: Path) -> None:
     entry = _example(cls)
-    obj = log.entry_to_json(entry)
+    obj = codec.entry_to_json(entry)
     assert obj["type"] == cls.type and obj["t_ms"] == entry.t_ms
     assert set(obj) == {"type"} | {f.name for f in dataclasses.fields(cls)}
     path = tmp_path / "events.jsonl"
-    log.write_jsonl([entry, entry], path)
-    assert list(log.read_jsonl(path)) == [entry, entry]
+    codec.write_jsonl([entry, entry], path)
+    assert list(codec.read_jsonl(path)) == [entry, entry]
 
 
 def test_required_event_types_exist_and_bad_lines_are_rejected() -> None:
@@ -60,11 +61,11 @@ def test_required_event_types_exist_and_bad_lines_are_rejected() -> None:
                 "truncated", "response_done"}
     assert required <= set(log.ENTRY_TYPES)
     with pytest.raises(ValueError):
-        log.entry_from_json({"type": "nope", "t_ms": 1})
+        codec.entry_from_json({"type": "nope", "t_ms": 1})
     with pytest.raises(ValueError):
-        log.entry_from_json({"type": "speech_started", "t_ms": 1, "extra": 2})
+        codec.entry_from_json({"type": "speech_started", "t_ms": 1, "extra": 2})
     buf = io.StringIO()
-    log.write_jsonl([log.SpeechStartedEntry(5)], buf)
+    codec.write_jsonl([log.SpeechStartedEntry(5)], buf)
     assert buf.getvalue() == '{"t_ms": 5, "type": "speech_started"}\n'
 
 

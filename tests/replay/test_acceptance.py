@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from assistant.loop import event_log as log
+from assistant.loop.log_codec import entry_to_json
 from assistant.loop.setup import LoopModels
 from assistant.replay.scenario import Noise, Say
 from tests.replay.conftest import Run, make_config, run_scenario, transcribe, wer, words
@@ -67,8 +68,8 @@ def test_replay_is_deterministic(loop_models: LoopModels, question_run: Run,
                                  tmp_path: Path) -> None:
     again = run_scenario(loop_models, [Say(QUESTION)], tmp_path)
     assert (again.scenario.pcm == question_run.scenario.pcm).all()
-    first = [log.entry_to_json(e) for e in question_run.entries]
-    assert [log.entry_to_json(e) for e in again.entries] == first
+    first = [entry_to_json(e) for e in question_run.entries]
+    assert [entry_to_json(e) for e in again.entries] == first
     assert (again.outcome.heard == question_run.outcome.heard).all()
 
 
