@@ -1,4 +1,5 @@
-"""Chat templates rendered per message, on the packaged SmolLM2 tokenizer."""
+"""Chat templates rendered per message: on the packaged SmolLM2 tokenizer, and with tools on
+a hermetic byte-level tokenizer carrying Qwen2.5's and SmolLM2's template texts."""
 
 from __future__ import annotations
 
@@ -91,3 +92,141 @@ def test_verify_rejects_a_template_whose_generation_prompt_differs(tokenizer: An
                   "{% if add_generation_prompt %}<|im_start|>bot\n{% endif %}")
     with pytest.raises(ChatTemplateError, match="generation prompt"):
         ChatTemplate(tokenizer, template=mismatched).verify()
+
+
+# ---- tools ----------------------------------------------------------------------------------
+# Hermetic: a byte-level ChatML tokenizer carrying Qwen2.5-Instruct's real chat template
+# (tests/tools/data), which renders tools, tool calls and tool results; and SmolLM2's,
+# which ignores them.
+
+WEATHER_TOOL = {"type": "function", "function": {
+    "name": "get_weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}
+CALL = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Oslo"}}}
+TOOL_CONVERSATION = [
+    {"role": "system", "content": "You are terse."},
+    {"role": "user", "content": "Weather in Oslo and Bergen?"},
+    {"role": "assistant", "content": "", "tool_calls": [
+        CALL, {"type": "function",
+               "function": {"name": "get_weather", "arguments": {"city": "Bergen"}}}]},
+    {"role": "tool", "name": "get_weather", "content": '{"sky": "snow"}'},
+    {"role": "tool", "name": "get_weather", "content": '{"sky": "rain"}'},
+    {"role": "assistant", "content": "Snow in Oslo, rain in Bergen."},
+    {"role": "user", "content": "Thanks!"},
+]
+
+
+@pytest.fixture(scope="module")
+def qwen() -> Any:
+    from tests.tools.chatml import chatml_tokenizer
+
+    return chatml_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def smol_chatml() -> Any:
+    from tests.tools.chatml import SMOLLM2_TEMPLATE, chatml_tokenizer
+
+    return chatml_tokenizer(SMOLLM2_TEMPLATE)
+
+
+def test_qwen_template_with_tools_verifies_incrementally(qwen: Any) -> None:
+    template = ChatTemplate(qwen, tools=[WEATHER_TOOL])
+    template.verify()  # its probes include a call and a run of two tool results
+    template.verify([TOOL_CONVERSATION])
+    assert template.supports_tools()
+    assert template.tools == (WEATHER_TOOL,)
+    assert template.end_of_turn_text == "<|im_end|>\n"
+    # The tools are in the first message's text, and every render has them.
+    first = template.message_text([], TOOL_CONVERSATION[0])
+    assert first.startswith("<|im_start|>system\nYou are terse.\n\n# Tools\n")
+    assert '{"type": "function", "function": {"name": "get_weather"' in first
+    ids = template.render_ids(TOOL_CONVERSATION, add_generation_prompt=True)
+    assert qwen.decode(ids) == qwen.apply_chat_template(
+        TOOL_CONVERSATION, tools=[WEATHER_TOOL], tokenize=False, add_generation_prompt=True)
+
+
+def test_each_unit_is_a_token_prefix_of_the_next_prompt_with_tools(qwen: Any) -> None:
+    template = ChatTemplate(qwen, tools=[WEATHER_TOOL])
+    boundaries = [1, 2, 3, 5, 6, 7]  # the two tool results are one unit
+    for before, after in zip(boundaries, boundaries[1:], strict=False):
+        history = template.render_ids(TOOL_CONVERSATION[:before])
+        following = template.render_ids(TOOL_CONVERSATION[:after])
+        assert following[:len(history)] == history
+    # The assistant's call turn is its generation prompt + the calls + end of turn, so
+    # generated ids can stay in the cache as they are.
+    history = TOOL_CONVERSATION[:2]
+    call_turn = template.message_ids(history, TOOL_CONVERSATION[2])
+    prompt = template.generation_prompt_ids(history)
+    assert call_turn[:len(prompt)] == prompt
+    assert tuple(call_turn[-len(template.end_of_turn_ids):]) == template.end_of_turn_ids
+
+
+def test_tool_results_are_appended_as_one_run(qwen: Any) -> None:
+    template = ChatTemplate(qwen, tools=[WEATHER_TOOL])
+    history, results = TOOL_CONVERSATION[:3], TOOL_CONVERSATION[3:5]
+    # Qwen2.5 wraps a run of results in one user turn: the first result alone is closed,
+    # and re-opened when the second follows.
+    with pytest.raises(ChatTemplateError, match="append a run of tool messages at once"):
+        template.message_text(TOOL_CONVERSATION[:4], TOOL_CONVERSATION[4])
+    text = template.messages_text(history, results)
+    assert text == ('<|im_start|>user\n<tool_response>\n{"sky": "snow"}\n</tool_response>\n'
+                    '<tool_response>\n{"sky": "rain"}\n</tool_response><|im_end|>\n')
+    assert template.messages_ids(history, results) == template.encode(text)
+
+
+def test_reply_text_is_what_the_model_writes_for_its_calls(qwen: Any) -> None:
+    template = ChatTemplate(qwen, tools=[WEATHER_TOOL])
+    history = TOOL_CONVERSATION[:2]
+    assert template.reply_text(history, {"role": "assistant", "content": "",
+                                         "tool_calls": [CALL]}) == (
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>')
+    assert template.reply_text(history, {"role": "assistant", "content": "Let me see.",
+                                         "tool_calls": [CALL]}).startswith(
+        "Let me see.\n<tool_call>\n")
+    assert template.reply_text(history, {"role": "assistant", "content": "Hi."}) == "Hi."
+
+
+def test_with_tools_makes_a_template_for_a_new_set_of_tools(qwen: Any) -> None:
+    plain = ChatTemplate(qwen)
+    tooled = plain.with_tools([WEATHER_TOOL])
+    system = TOOL_CONVERSATION[0]
+    assert "# Tools" not in plain.message_text([], system)
+    assert "# Tools" in tooled.message_text([], system)
+    assert plain.supports_tools()  # the template can; this one just has no tools
+    assert plain.with_tools(None).tools == () == plain.tools
+    assert tooled.generation_prompt_text(TOOL_CONVERSATION[:2]) == "<|im_start|>assistant\n"
+
+
+def test_smollm2s_template_ignores_tools(smol_chatml: Any) -> None:
+    plain = ChatTemplate(smol_chatml)
+    tooled = plain.with_tools([WEATHER_TOOL])
+    assert not plain.supports_tools()
+    conversation = TOOL_CONVERSATION[:2]
+    # The tools never reach the prompt, and a call renders as an empty reply.
+    assert tooled.render_text(conversation) == plain.render_text(conversation)
+    assert "get_weather" not in tooled.render_text(conversation, add_generation_prompt=True)
+    assert tooled.reply_text(conversation, TOOL_CONVERSATION[2]) == ""
+    tooled.verify([TOOL_CONVERSATION])  # still incremental (tool results as ChatML turns)
+
+
+def test_a_render_function_renders_no_tools(qwen: Any) -> None:
+    def chatml(messages: Any, add_generation_prompt: bool) -> str:
+        text = "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+        return text + ("<|im_start|>assistant\n" if add_generation_prompt else "")
+
+    custom = ChatTemplate(qwen, render=chatml)
+    assert not custom.supports_tools()
+    with pytest.raises(ChatTemplateError, match="renders no tools"):
+        custom.with_tools([WEATHER_TOOL])
+    with pytest.raises(ChatTemplateError, match="renders no tools"):
+        ChatTemplate(qwen, render=chatml, tools=[WEATHER_TOOL])
+
+
+def test_packaged_smollm2_has_no_tools_support(tokenizer: Any) -> None:
+    template = ChatTemplate(tokenizer)
+    assert not template.supports_tools()
+    tooled = template.with_tools([WEATHER_TOOL])
+    assert tooled.render_text(CONVERSATION) == template.render_text(CONVERSATION)
+    tooled.verify()
