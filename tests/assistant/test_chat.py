@@ -1,5 +1,6 @@
 """``assistant chat`` on a small KV budget: it never dies, never leaves the context, and
-its history always equals the engine's sequence (scripted chat model, fake runner)."""
+its history always equals the engine's sequence (scripted chat model, fake runner). The
+conversation lives on the chat's engine thread: the tests look at it through queries."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import io
 from typing import Any
 
 from assistant.commands.chat import ChatSession, chat_repl
+from assistant.dialogue.dialogue import Dialogue
 from assistant.dialogue.types import DialogueOptions
 from assistant.llm.local import LocalBackend
 from engine.chat_template import ChatTemplate
@@ -28,7 +30,7 @@ def session(num_pages: int, *, page_size: int = 16, max_new: int = 48,
 
 def test_300_turns_on_24_pages_complete_inside_the_limit_with_history_equal_to_sequence() -> None:
     engine, runner, chat = session(num_pages=24)  # 384 tokens, as engine.num_pages=24
-    limit = chat.dialogue.context_limit
+    limit = chat.query(lambda d: d.context_limit)
     assert limit is not None and limit <= 24 * 16
     with chat:
         for turn in range(1, 301):
@@ -38,11 +40,11 @@ def test_300_turns_on_24_pages_complete_inside_the_limit_with_history_equal_to_s
             assert "error" not in out.getvalue()
             reply = out.getvalue().strip()
             assert reply and scripted_reply(question).startswith(reply)
-            assert chat.dialogue.in_sync() and len(chat.seq) <= limit
+            assert chat.query(Dialogue.in_sync) and len(chat.tokens()) <= limit
             if turn % 50 == 0:
-                engine.check()
-                assert_cache_matches(engine, runner)
-        record = chat.dialogue.conversation.to_json()
+                chat.host.call(lambda _b: engine.check()).result()
+                chat.host.call(lambda _b: assert_cache_matches(engine, runner)).result()
+        record = chat.query(lambda d: d.conversation.to_json())
         assert len(record) == 1 + 2 * 300  # the record keeps every turn
         assert sum(not t["in_context"] for t in record) > 500
         out = io.StringIO()
@@ -61,6 +63,7 @@ def test_a_turn_too_big_for_the_cache_is_a_message_and_the_chat_goes_on() -> Non
         assert lines[0] == scripted_reply("hello")[:len(lines[0])] and lines[0]
         assert any("error:" in line and "that turn was dropped" in line for line in lines)
         assert scripted_reply("hi again").startswith(lines[-1]) and lines[-1]
-        assert chat.dialogue.in_sync()
-        engine.check()
+        assert chat.query(Dialogue.in_sync)
+        chat.host.call(lambda _b: engine.check()).result()
     assert engine.stats().pages_used == 0
+

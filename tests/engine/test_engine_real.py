@@ -241,35 +241,37 @@ def test_chat_repl_undo_is_free_and_turns_compute_only_new_tokens(smol: tuple[En
     ticks = iter(range(1000))
     with ChatSession(LocalBackend(engine), template, options,
                      clock=lambda: float(next(ticks))) as session:
+        def stats() -> Any:  # read on the chat's engine thread, which owns the engine
+            return session.host.call(lambda _b: engine.stats()).result()
+
         out = io.StringIO()
         chat_repl(session, io.StringIO("What is two plus two?\n"), out)
-        after_first = session.seq.tokens
+        after_first = session.tokens()
         history = list(session.messages)
         second_prompt = template.turn_ids(history, "And three plus three?")
-        computed_before = engine.stats().tokens_computed
+        computed_before = stats().tokens_computed
         chat_repl(session, io.StringIO("And three plus three?\n/stats\n/undo\n/quit\n"), out)
         _, second = session.turns
         # Turn 2 computed exactly its new tokens: the user message and the reply opening.
         assert second.prompt_computed == len(second_prompt)
         assert second.prompt_reused == len(after_first)
-        assert session.seq.tokens == after_first  # /undo restored the exact token state
+        assert session.tokens() == after_first  # /undo restored the exact token state
         assert session.messages == history
         # Nothing was computed by /undo: all compute since turn 1 belongs to turn 2.
         close = len(template.end_of_turn_ids)
-        assert engine.stats().tokens_computed - computed_before <= \
-            second.prompt_computed + close + 1
+        assert stats().tokens_computed - computed_before <= second.prompt_computed + close + 1
         text = out.getvalue()
         assert f"(undone; {len(after_first)} tokens in cache)" in text
         assert "turn 2: prompt" in text and "tokens/s" in text
         # /retry asks the last question again: its prompt comes from the cache (at most
         # the partly filled last page is computed again).
-        computed = engine.stats().tokens_computed
+        computed = stats().tokens_computed
         record = session.retry(io.StringIO())
         assert record is not None and record.kind == "retry"
-        assert record.prompt_computed <= engine.stats().page_size
-        assert engine.stats().tokens_computed - computed <= engine.stats().page_size + close + 1
+        assert record.prompt_computed <= stats().page_size
+        assert stats().tokens_computed - computed <= stats().page_size + close + 1
         assert session.messages[:-1] == history[:-1]
-        assert session.dialogue.in_sync()
+        assert session.query(lambda d: d.in_sync())
     engine.check()
     assert engine.stats().pages_used == 0
 
