@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,10 +40,10 @@ import numpy as np
 import numpy.typing as npt
 from bench_loop import BACKCHANNELS, REAL  # the interruption set's words
 from bench_turns import SENTENCES  # the end-of-turn test set's sentences and their cuts
+from results import Report, add_no_write, write_results
 
 from assistant.app.config import AppConfig, default_config_path, load_config
 from assistant.app.models import resolve_asr, resolve_voice
-from assistant.replay.report import format_table
 from assistant.replay.scenario import (
     Say,
     espeak_available,
@@ -224,7 +225,7 @@ def burst_row(label: str, tr: Transcriber, guard: WindowGuard | None,
 
 
 def burst_bench(cfg: AppConfig, threads: int, interim_windows: list[float],
-                cuts_ms: tuple[int, ...]) -> None:
+                cuts_ms: tuple[int, ...]) -> Report:
     data = bursts(cfg, cuts_ms)
     model_dir = resolve_asr(cfg)
     window = cfg.asr.window_s or 10.0
@@ -234,15 +235,17 @@ def burst_bench(cfg: AppConfig, threads: int, interim_windows: list[float],
                for w in interim_windows}
     for tr in (stock, cut, *interim.values()):
         tr.transcribe(data[0].pcm)  # warm up
-    print(f"{len(data)} bursts (cut {', '.join(map(str, cuts_ms))} ms after they begin); "
-          "tiny.en int8", flush=True)
+    report = Report()
+    report.line(f"{len(data)} bursts (cut {', '.join(map(str, cuts_ms))} ms after they begin); "
+                "tiny.en int8")
     rows = [burst_row("30 s (stock)", stock, None, data),
             burst_row(f"{window:g} s, full guard", cut, None, data),
             *[burst_row(f"{w:g} s, loops-only guard (interims)", tr, LOOPS_ONLY, data)
               for w, tr in interim.items()]]
-    print(format_table(["window", "decode p50 ms", "p90 ms", "fallbacks",
-                        "backchannels that would cut", "real interruptions cut here",
-                        "of them, by cut"], rows))
+    report.table(["window", "decode p50 ms", "p90 ms", "fallbacks",
+                  "backchannels that would cut", "real interruptions cut here",
+                  "of them, by cut"], rows)
+    return report
 
 
 def main() -> None:
@@ -260,27 +263,35 @@ def main() -> None:
                         "ms, comma-separated")
     parser.add_argument("--interim-windows", help="--bursts: encoder windows (s) of the "
                         "interims' rows, comma-separated (default: the config's asr.window_s)")
+    add_no_write(parser)
     args = parser.parse_args()
     cfg = load_config(default_config_path())
     if args.bursts:
         windows = [float(w) for w in (args.interim_windows or str(cfg.asr.window_s or 10.0)).split(",")]
         cuts = tuple(int(c) for c in args.cuts_ms.split(","))
-        burst_bench(cfg, int(args.threads.split(",")[0]), windows, cuts)
+        report = burst_bench(cfg, int(args.threads.split(",")[0]), windows, cuts)
+        if not args.no_write:
+            write_results("asr-bursts", report.blocks, command=sys.orig_argv)
         return
     model_dir = resolve_asr(cfg)
     rows = []
     voices = speech(*resolve_voice(cfg))
+    sets: list[str] = []
     for tail_ms in (int(t) for t in args.tails_ms.split(",")):
         data = clips(voices, tail_ms)
         n = len(next(iter(data.values())))
-        print(f"{n} utterances x {len(data)} voices, {tail_ms} ms of silence after each; tiny.en "
-              f"int8; decode = one utterance, best of {args.repeat}", flush=True)
+        sets.append(f"{n} utterances x {len(data)} voices, {tail_ms} ms of silence after each; "
+                    f"tiny.en int8; decode = one utterance, best of {args.repeat}")
+        print(sets[-1], flush=True)
         for threads in (int(t) for t in args.threads.split(",")):
             for window in (float(w) for w in args.windows.split(",")):
                 rows.append(run(model_dir, window, threads, data, args.repeat, tail_ms))
                 print(f"  done: window {window:g} s, threads {threads}", flush=True)
-    print(format_table(["window", "threads", "tail ms", "decode p50 ms", "p90 ms", "WER %", "fallbacks",
-                        *[f"WER {v}" for v in data]], rows))
+    report = Report()
+    report.table(["window", "threads", "tail ms", "decode p50 ms", "p90 ms", "WER %", "fallbacks",
+                  *[f"WER {v}" for v in data]], rows)
+    if not args.no_write:
+        write_results("asr", ["\n\n".join(sets), *report.blocks], command=sys.orig_argv)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from results import add_no_write, markdown_table, write_results
 
 RATE = 16000
 SENTENCE_12 = "Sure, I will set a timer for ten minutes starting right now."
@@ -191,6 +193,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--partial-ms", type=int, default=500)
+    add_no_write(parser)
     args = parser.parse_args()
     voice, transcriber, asr_dir = load_models()
     parts = [speech(voice, t) for t in PASSAGE]
@@ -206,6 +209,8 @@ def main() -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)))
         if k == 0:
             print("  ".join("-" * w for w in widths))
+    if not args.no_write:
+        write_results("audio", markdown_table(rows[0], rows[1:]), command=sys.orig_argv)
 
 
 if __name__ == "__main__":

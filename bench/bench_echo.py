@@ -30,10 +30,12 @@ asserted.
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 
 import numpy as np
 import numpy.typing as npt
+from results import Report, add_no_write, write_results
 
 RATE = 16000
 FRAME = 320
@@ -165,15 +167,37 @@ def run_gate(reply: npt.NDArray[np.float32], rate: int, user: npt.NDArray[np.flo
     }
 
 
-def gate_table() -> None:
+def alignment_table(errors: list[int]) -> Report:
+    report = Report()
+    reply, rate = _reply()
+    report.line(f"reply {reply.size / rate:.1f} s at -20 dBFS; echo at 0 dB; lead 20 ms, "
+                "reports up to 3 ms late")
+    head = ("| echo after its reported time | AEC3 alone: interrupts itself | echo removed "
+            "| with alignment: interrupts itself | echo removed | measured | lead |")
+    report.line(head)
+    report.line("|---|---|---|---|---|---|---|")
+    for error in errors:
+        peer = run(reply, rate, error, align=False)
+        ours = run(reply, rate, error, align=True)
+        measured = ours["measured_ms"]
+        report.line(f"| {error:+d} ms | {'yes' if peer['self_interrupt'] else 'no'} "
+                    f"| {peer['removed_db']:.1f} dB | {'yes' if ours['self_interrupt'] else 'no'} "
+                    f"| {ours['removed_db']:.1f} dB "
+                    f"| {'-' if measured is None else f'{measured:+.0f} ms'} "
+                    f"| {ours['lead_ms']:+.0f} ms |")
+    return report
+
+
+def gate_table() -> Report:
+    report = Report()
     reply, rate = _reply()
     user = _user()
-    print(f"reply {reply.size / rate:.1f} s at -20 dBFS; echo 30 ms late; the user 3 s in, "
-          "peaks at -25 dBFS")
-    print("| echo | room noise | no gate: interrupts itself | fixed gate: interrupts itself "
-          "| hears the user after | standing down: stood down | interrupts itself "
-          "| hears the user after |")
-    print("|---|---|---|---|---|---|---|---|")
+    report.line(f"reply {reply.size / rate:.1f} s at -20 dBFS; echo 30 ms late; the user 3 s "
+                "in, peaks at -25 dBFS")
+    report.line("| echo | room noise | no gate: interrupts itself | fixed gate: interrupts itself "
+                "| hears the user after | standing down: stood down | interrupts itself "
+                "| hears the user after |")
+    report.line("|---|---|---|---|---|---|---|---|")
     for echo_db in (None, -40.0, -30.0, -20.0, -12.0, -6.0, 0.0):
         for noise in (-70.0, -55.0, -45.0):
             bare = run_gate(reply, rate, user, echo_db, noise, stands_down=None)
@@ -185,9 +209,10 @@ def gate_table() -> None:
                 ms = r["user_ms"]
                 cells.append(f"{'yes' if r['self_interrupt'] else 'no'} | "
                              f"{'not heard' if ms is None else f'{ms} ms'}")
-            print(f"| {echo} | {noise:.0f} dBFS | {'yes' if bare['self_interrupt'] else 'no'} "
-                  f"| {cells[0]} | "
-                  f"{'yes' if ours['stood_down'] else 'no'} | {cells[1]} |")
+            report.line(f"| {echo} | {noise:.0f} dBFS | "
+                        f"{'yes' if bare['self_interrupt'] else 'no'} | {cells[0]} | "
+                        f"{'yes' if ours['stood_down'] else 'no'} | {cells[1]} |")
+    return report
 
 
 def main() -> None:
@@ -196,25 +221,11 @@ def main() -> None:
                         help="ms the echo comes after the reported time (comma-separated)")
     parser.add_argument("--gate", action="store_true",
                         help="the half-duplex gate, fixed vs standing down without an echo")
+    add_no_write(parser)
     args = parser.parse_args()
-    if args.gate:
-        gate_table()
-        return
-    errors = [int(e) for e in args.errors.split(",")]
-    reply, rate = _reply()
-    print(f"reply {reply.size / rate:.1f} s at -20 dBFS; echo at 0 dB; lead 20 ms, reports up to 3 ms late")
-    head = ("| echo after its reported time | AEC3 alone: interrupts itself | echo removed "
-            "| with alignment: interrupts itself | echo removed | measured | lead |")
-    print(head)
-    print("|---|---|---|---|---|---|---|")
-    for error in errors:
-        peer = run(reply, rate, error, align=False)
-        ours = run(reply, rate, error, align=True)
-        measured = ours["measured_ms"]
-        print(f"| {error:+d} ms | {'yes' if peer['self_interrupt'] else 'no'} "
-              f"| {peer['removed_db']:.1f} dB | {'yes' if ours['self_interrupt'] else 'no'} "
-              f"| {ours['removed_db']:.1f} dB "
-              f"| {'-' if measured is None else f'{measured:+.0f} ms'} | {ours['lead_ms']:+.0f} ms |")
+    report = gate_table() if args.gate else alignment_table([int(e) for e in args.errors.split(",")])
+    if not args.no_write:
+        write_results("echo-gate" if args.gate else "echo", report.blocks, command=sys.orig_argv)
 
 
 if __name__ == "__main__":

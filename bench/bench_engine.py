@@ -31,6 +31,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -59,6 +60,14 @@ from device_figures import (  # isort: skip (bench/, beside this script)
     kernel_check,
     new_spans,
     random_model,
+)
+from results import (  # isort: skip (bench/, beside this script)
+    add_no_write,
+    capture,
+    fenced,
+    machine,
+    markdown_table,
+    write_results,
 )
 
 SYSTEM: Message = {"role": "system", "content": "You are a helpful, concise voice assistant."}
@@ -384,11 +393,11 @@ def device_section(device: torch.device, runners: dict[str, PagedRunner],
         if compared is None:
             print(f"  {name:5s} no graphs (the runner fell back to eager steps, see the log)")
             continue
-        graphs, eager, capture, same = compared
+        graphs, eager, capture_s, same = compared
         assert runner.static_decode is not None
         print(f"  {name:5s} {graphs:6.1f} vs {eager:6.1f} tok/s ({graphs / eager:4.2f}x), "
               f"greedy tokens the same {same}/64; first step of a new bucket "
-              f"{capture * 1e3:6.1f} ms; spans captured {len(runner.static_decode.captured)}")
+              f"{capture_s * 1e3:6.1f} ms; spans captured {len(runner.static_decode.captured)}")
     print(f"kernels: teacher-forced logits over {len(check_ids)} tokens, {device.type} vs the "
           "same weights and format on CPU (relative L2 difference, top-1 agreement):")
     for name, runner in runners.items():
@@ -434,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--random-weights", action="store_true",
                         help="the model's config with random weights (speed only: no "
                         "quality, no llama.cpp); --model then needs only config and tokenizer")
+    add_no_write(parser)
     args = parser.parse_args(argv)
 
     import transformers
@@ -553,6 +563,28 @@ def main(argv: list[str] | None = None) -> int:
               f"{fmt(row.concurrent, '20.1f')} "
               f"{fmt(None if row.ttft is None else row.ttft * 1000, '10.0f')} "
               f"{fmt(row.depth, '13.1f')}  {row.note}")
+    figures = markdown_table(
+        ["", "decode b1 tok/s", "prefill 512 tok/s", f"{args.concurrent} concurrent tok/s",
+         f"TTFT, {len(turn)}-token turn", f"decode @ {args.depth} tok/s", "note"],
+        [[row.name, fmt(row.decode, ".1f"), fmt(row.prefill, ".0f"), fmt(row.concurrent, ".1f"),
+          "-" if row.ttft is None else f"{row.ttft * 1000:.0f} ms", fmt(row.depth, ".1f"),
+          row.note] for row in table])
+    with capture() as printed:
+        details(args, device, table, rounds, runners, cpu_runners, llama_rounds, tokenizer,
+                chat, prompt, long_ids)
+    if not args.no_write:
+        host = machine()
+        write_results(f"engine-{host.slug(gpu=device.type == 'cuda')}",
+                      [figures, fenced(printed.getvalue())], command=sys.orig_argv, host=host)
+    return 0
+
+
+def details(args: argparse.Namespace, device: torch.device, table: list[Figures],
+            rounds: dict[str, dict[str, list[float]]], runners: dict[str, PagedRunner],
+            cpu_runners: dict[str, PagedRunner], llama_rounds: list[Figures], tokenizer: Any,
+            chat: Callable[[list[Message]], list[int]], prompt: list[int], long_ids: list[int]
+            ) -> None:
+    """What follows the table: ratios, per round, profile, the GPU's figures, quality."""
     peers = [p for p in table if not p.name.startswith("ours")]
     print("\nratios (ours / peer; TTFT: peer / ours, so > 1 is better for ours):")
     for row in table:
@@ -611,7 +643,6 @@ def main(argv: list[str] | None = None) -> int:
                   f"identical continuations {agree.identical}/{agree.prompts}, common "
                   f"prefix {100 * agree.prefix_fraction:.1f}%, teacher-forced top-1 "
                   f"{100 * agree.teacher_forced:.1f}%")
-    return 0
 
 
 if __name__ == "__main__":

@@ -32,11 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from results import Report, add_no_write, write_results
+
 from assistant.app.config import AppConfig, default_config_path, load_config
 from assistant.loop import event_log as log
 from assistant.loop.metrics import percentile
 from assistant.loop.setup import LoopModels, load_models
-from assistant.replay.report import format_table
 from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Say, espeak_available, render_scenario
 from audio.wav import write_wav
@@ -129,6 +130,7 @@ def main() -> int:
                              "ReplayOptions.output_gain_db (-20 dB) under the voice's own, "
                              "so -20 is a talker at the reply's level, -1 one far louder")
     parser.add_argument("--realtime", action="store_true", help="replay in real time")
+    add_no_write(parser)
     args = parser.parse_args()
     base = load_config(default_config_path(), env={})
     cfgs = {name: load_config(default_config_path(), env={},
@@ -165,13 +167,19 @@ def main() -> int:
     finally:
         models.close()
     clock = "wall clock" if args.realtime else "virtual clock"
-    print(f"barge-in {args.into_ms} ms into the first reply ({clock}; voices: "
-          f"{', '.join(voices)}; {len(INTERRUPTIONS)} interruptions each, peaks at "
-          f"{args.user_peak_dbfs:.0f} dBFS)")
-    print(format_table(["path", "setting", "user began into the reply p50 / max ms",
-                        "reply paused", "paused after the user began "
-                        "p50 / max ms", "silent after p50 / max ms",
-                        "stopped itself before the user spoke", "cut stood"], rows))
+    report = Report()
+    report.line(f"barge-in {args.into_ms} ms into the first reply ({clock}; voices: "
+                f"{', '.join(voices)}; {len(INTERRUPTIONS)} interruptions each, peaks at "
+                f"{args.user_peak_dbfs:.0f} dBFS)")
+    report.table(["path", "setting", "user began into the reply p50 / max ms",
+                  "reply paused", "paused after the user began "
+                  "p50 / max ms", "silent after p50 / max ms",
+                  "stopped itself before the user spoke", "cut stood"], rows)
+    if not args.no_write:
+        # One file per interrupter level and clock: the two tables docs/benchmarks.md shows.
+        name = ("first-barge-in" + ("-realtime" if args.realtime else "")
+                + ("" if args.user_peak_dbfs == -20.0 else f"-user{args.user_peak_dbfs:+g}dbfs"))
+        write_results(name, report.blocks, command=sys.orig_argv)
     return 0
 
 

@@ -23,6 +23,7 @@ different seeds. One process; the decodes are the same for every bar.
 from __future__ import annotations
 
 import argparse
+import sys
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,10 +32,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 from bench_loop import BACKCHANNELS, REAL  # the interruption set's words
+from results import Report, add_no_write, write_results
 
 from assistant.app.config import default_config_path, load_config
 from assistant.app.models import resolve_asr, resolve_voice
-from assistant.replay.report import format_table
 from assistant.replay.scenario import RATE, Noise, Say, espeak_available, render_scenario
 from assistant.turns.interruption import Decision, InterruptionFacts, InterruptionOptions, decide
 from audio.asr import ASROptions, Transcriber
@@ -117,7 +118,7 @@ def cuts(h: Heard, options: InterruptionOptions) -> bool:
     return decide(facts, options) is Decision.COMMIT
 
 
-def report(heard: list[Heard], bars: list[float]) -> None:
+def report(heard: list[Heard], bars: list[float]) -> Report:
     other = InterruptionOptions().min_word_p
     real = [h for h in heard if h.kind == "real"]
     false = [h for h in heard if h.kind != "real"]
@@ -137,20 +138,22 @@ def report(heard: list[Heard], bars: list[float]) -> None:
                      f"{early}/{n_early}", f"{len(stops)}/{len(false)}", str(len(new))])
         only += [[label, h.voice, f"{h.floor_dbfs:g}", h.text, str(h.cut_ms), h.heard,
                   f"{h.word_p:.2f}"] for h in new]
-    print(format_table(["bar", *[f"real cut at {c} ms" for c in CUTS_MS], "real cut by 300 ms",
-                        "backchannels + noises that would cut", "of them, only at this bar"], rows))
+    out = Report()
+    out.table(["bar", *[f"real cut at {c} ms" for c in CUTS_MS], "real cut by 300 ms",
+               "backchannels + noises that would cut", "of them, only at this bar"], rows)
     if only:
-        print("\nCut only at that bar (false stops the interrupt words add):")
-        print(format_table(["bar", "voice", "noise dBFS", "said", "cut ms", "heard", "word p"], only))
+        out.line("\nCut only at that bar (false stops the interrupt words add):")
+        out.table(["bar", "voice", "noise dBFS", "said", "cut ms", "heard", "word p"], only)
     per_voice: dict[str, list[int]] = defaultdict(lambda: [0] * len(bars))
     for h in real:
         if h.cut_ms <= 300:
             for i, bar in enumerate(bars):
                 per_voice[h.voice][i] += cuts(h, InterruptionOptions(interrupt_word_min_p=bar))
     n = {v: sum(h.voice == v and h.cut_ms <= 300 for h in real) for v in per_voice}
-    print("\nReal interruptions cut by 300 ms, per voice:")
-    print(format_table(["voice", *[f"bar {b:g}" for b in bars]],
-                       [[v, *[f"{c}/{n[v]}" for c in counts]] for v, counts in per_voice.items()]))
+    out.line("\nReal interruptions cut by 300 ms, per voice:")
+    out.table(["voice", *[f"bar {b:g}" for b in bars]],
+              [[v, *[f"{c}/{n[v]}" for c in counts]] for v, counts in per_voice.items()])
+    return out
 
 
 def main() -> None:
@@ -159,6 +162,7 @@ def main() -> None:
     parser.add_argument("--bars", default="0.3,0.15,0.1",
                         help="interrupt_word_min_p values to compare, comma-separated")
     parser.add_argument("--quick", action="store_true", help="a third of the phrases, fewer noises")
+    add_no_write(parser)
     args = parser.parse_args()
     cfg = load_config(default_config_path())
     data = clips(resolve_voice(cfg), args.quick)
@@ -166,8 +170,12 @@ def main() -> None:
     tr.transcribe(data[0][4])  # warm up
     print(f"{len(data)} clips; decoding ...", flush=True)
     heard = decode_all(tr, data)
-    print(f"{len(heard)} interim decodes (tiny.en int8, the loop's interim window and guard)\n")
-    report(heard, [float(b) for b in args.bars.split(",")])
+    what = f"{len(heard)} interim decodes (tiny.en int8, the loop's interim window and guard)"
+    print(what + "\n")
+    out = report(heard, [float(b) for b in args.bars.split(",")])
+    if not args.no_write:
+        write_results("interrupt-words" + ("-quick" if args.quick else ""),
+                      [what, *out.blocks], command=sys.orig_argv)
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 from bench_loop import QUESTIONS, ROOM_MS, STORY
+from results import Report, add_no_write, write_results
 
 from assistant.app.config import AppConfig, default_config_path, load_config
 from assistant.loop import event_log as log
@@ -46,7 +47,6 @@ from assistant.loop.live import threaded_frames
 from assistant.loop.metrics import Metrics, percentile
 from assistant.loop.pipeline import PipelineOptions
 from assistant.loop.setup import LoopModels, load_models, open_conversation, open_live_audio
-from assistant.replay.report import format_table
 from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Say, render_scenario
 from audio.chunk import AudioChunk
@@ -218,6 +218,7 @@ def main() -> int:
                         help=f"the speaker leaks into the mic (0 dB, {LEAK_LATENCY_MS} ms)")
     parser.add_argument("--echo-mode", choices=("off", "gate", "aec"), default=None,
                         help="echo.mode for both runs (default: config.yaml's)")
+    add_no_write(parser)
     args = parser.parse_args()
     missing = missing_packages()
     if missing:
@@ -283,11 +284,15 @@ def main() -> int:
              f"{max(run.echo_seen_ms) - min(run.echo_seen_ms):.0f}" if run.echo_seen_ms else "-",
              "-", len(run.echo_seen_ms)],
         ]
-    print(format_table(["measure (ms)", "p50", "p95", "n"], rows))
+    report = Report()
+    report.table(["measure (ms)", "p50", "p95", "n"], rows)
     p_replay = percentile(replayed.voice_to_voice_ms, 50)
     p_bus = percentile(tuple(bus_v2v), 50)
     if p_replay is not None and p_bus is not None:
-        print(f"\nlive on the bus - replay, voice-to-voice p50: {p_bus - p_replay:+.0f} ms")
+        report.line(f"\nlive on the bus - replay, voice-to-voice p50: {p_bus - p_replay:+.0f} ms")
+    if not args.no_write:
+        write_results("live" + ("-leak" if args.leak else ""), report.blocks,
+                      command=sys.orig_argv)
     return 0
 
 

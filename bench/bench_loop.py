@@ -38,12 +38,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from results import Report, add_no_write, write_results
+
 from assistant.app.config import AppConfig, default_config_path, load_config, parse_override
 from assistant.loop import event_log as log
 from assistant.loop.metrics import Metrics, percentile
 from assistant.loop.setup import LoopModels, load_models
 from assistant.loop.waterfall import STAGES, Waterfall, waterfalls
-from assistant.replay.report import format_table
 from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Noise, Say, espeak_available, render_scenario
 from audio.wav import write_wav
@@ -206,7 +207,7 @@ def run_case(models: LoopModels, cfg: AppConfig, case: Case, tmp: Path,
 def interruption_bench(models: LoopModels, realtime: bool,
                        interim_every_ms: tuple[int, ...] = (),
                        compare: tuple[tuple[str, object], ...] = (),
-                       baseline: bool = True) -> None:
+                       baseline: bool = True) -> Report:
     cases = interruption_cases()
     modes: list[tuple[str, dict[str, object]]] = [
         ("immediate", {"turns.interruption": "immediate"})] if baseline else []
@@ -246,18 +247,21 @@ def interruption_bench(models: LoopModels, realtime: bool,
                      f"{ms(replies, 50)} / {ms(replies, 95)}",
                      f"{ms(gaps, 50)} / {ms(gaps, 95)}",
                      f"{sum(r.consistent for _, r in res)}/{len(res)}"])
-    print(f"interruptions over a reply ({clock})")
-    print(format_table(["mode", "false stops (backchannel, noise)", "paused", "real stopped",
-                        "stop after detection p50/p95 ms", "cut final after speech start p50/p95",
-                        "cut final after the pause p50/p95",
-                        "cut final before the speech ended",
-                        "its answer: voice-to-voice p50/p95", "resume gap p50/p95", "sequence == history"], rows))
-    print()
-    print(format_table(["case (STOP: cut final this long after the sound began; resumed: "
-                        "the gap heard)", *results,
-                        "heard (tentative)"], [
+    report = Report()
+    report.line(f"interruptions over a reply ({clock})")
+    report.table(["mode", "false stops (backchannel, noise)", "paused", "real stopped",
+                  "stop after detection p50/p95 ms", "cut final after speech start p50/p95",
+                  "cut final after the pause p50/p95",
+                  "cut final before the speech ended",
+                  "its answer: voice-to-voice p50/p95", "resume gap p50/p95",
+                  "sequence == history"], rows)
+    report.line()
+    report.table(["case (STOP: cut final this long after the sound began; resumed: "
+                  "the gap heard)", *results,
+                  "heard (tentative)"], [
         [c.label] + [_case_cell(r) for r in (results[m][i][1] for m in results)]
-        + [repr(r.heard)] for i, (c, r) in enumerate(results["tentative"])]))
+        + [repr(r.heard)] for i, (c, r) in enumerate(results["tentative"])])
+    return report
 
 
 def _case_cell(r: CaseResult) -> str:
@@ -319,6 +323,7 @@ def main() -> int:
                              "none): a process's first replay also warms the models up and "
                              "measured ~200 ms slower per turn, so the first configuration "
                              "lost to the others")
+    add_no_write(parser)
     args = parser.parse_args()
     base = load_config(default_config_path(), env={})
     # Every set of models is closed at the end: left open (the engine's thread running)
@@ -333,8 +338,11 @@ def _bench(args: argparse.Namespace, base: AppConfig, opened: contextlib.ExitSta
     models = load_models(base, deterministic_tts=args.interruptions)
     opened.callback(models.close)
     if args.interruptions:
-        interruption_bench(models, args.realtime, tuple(args.interim_every_ms),
-                           tuple(args.compare), baseline=not args.no_baseline)
+        report = interruption_bench(models, args.realtime, tuple(args.interim_every_ms),
+                                    tuple(args.compare), baseline=not args.no_baseline)
+        if not args.no_write:
+            write_results("loop-interruptions" + ("-realtime" if args.realtime else ""),
+                          report.blocks, command=sys.orig_argv)
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         wav = (args.keep or Path(tmp)) / "bench_loop_input.wav"
@@ -420,22 +428,26 @@ def _bench(args: argparse.Namespace, base: AppConfig, opened: contextlib.ExitSta
                               ("  reply started -> first audio", st.to_audio)):
             vals = tuple(values)
             rows.append([f"{label} ({name})", ms(vals, 50), ms(vals, 95), len(vals), "-"])
-    print(format_table(["measure (ms, wall clock)", "p50", "p95", "n", "target"], rows))
-    print()
-    print(format_table(["waterfall, p50 ms after end of speech"] + list(falls),
-                       [[stage] + [ms(tuple(v for w in wf if (v := getattr(w, stage))
-                                             is not None), 50) for wf in falls.values()]
-                        for stage in STAGES]))
+    report = Report()
+    report.table(["measure (ms, wall clock)", "p50", "p95", "n", "target"], rows)
+    report.line()
+    report.table(["waterfall, p50 ms after end of speech"] + list(falls),
+                 [[stage] + [ms(tuple(v for w in wf if (v := getattr(w, stage))
+                                       is not None), 50) for wf in falls.values()]
+                  for stage in STAGES])
     on, off = results.get("semantic end of turn"), results.get("speculation off")
     p_on = percentile(on.voice_to_voice_ms, 50) if on else None
     p_off = percentile(off.voice_to_voice_ms, 50) if off else None
     if p_on and p_off:
-        print(f"\nvoice-to-voice p50, semantic end of turn with speculation / without "
-              f"speculation: {p_on / p_off:.2f}x")
+        report.line(f"\nvoice-to-voice p50, semantic end of turn with speculation / without "
+                    f"speculation: {p_on / p_off:.2f}x")
     for name, m in results.items():
         rate = "-" if m.speculation_hit_rate is None else f"{100 * m.speculation_hit_rate:.0f}%"
-        print(f"{name}: speculation {m.speculation_hits} hits / {m.speculation_misses} misses "
-              f"({rate}); engine vs history {m.sequence_tokens}/{m.history_tokens} tokens")
+        report.line(f"{name}: speculation {m.speculation_hits} hits / {m.speculation_misses} "
+                    f"misses ({rate}); engine vs history {m.sequence_tokens}/"
+                    f"{m.history_tokens} tokens")
+    if not args.no_write:
+        write_results("loop", report.blocks, command=sys.orig_argv)
     return 0
 
 

@@ -38,11 +38,11 @@ from typing import Any
 
 import numpy as np
 import yaml
+from results import Report, add_no_write, write_results
 from websockets.asyncio.client import connect
 
 from assistant.app.config import default_config_path, load_config
 from assistant.loop.metrics import percentile
-from assistant.replay.report import format_table
 from assistant.serve.runtime import ServeRuntime, build_runtime
 from assistant.serve.transport.limits import ServerLimits
 from assistant.serve.transport.server import RealtimeServer, ServerOptions
@@ -275,6 +275,7 @@ async def main_async(args: argparse.Namespace) -> int:
                             backend_factory=runtime.backend_factory, defaults=runtime.defaults,
                             served=runtime.served, engine_gauges=runtime.engine_gauges)
     await server.start()
+    report = Report()
     try:
         rows = []
         base: tuple[float | None, float] | None = None
@@ -294,40 +295,44 @@ async def main_async(args: argparse.Namespace) -> int:
             print(f"N={n}: {rows[-1]}", file=sys.stderr, flush=True)
             await drained(server)
             runtime.check_engine()
-        print(format_table(["sessions", "turns", "timed out", "v2v p50", "v2v p95",
-                            "tokens/s (all)", "p50 vs N=1", "tokens/s vs N=1",
-                            "pages used (max)", "pages shared (max)",
-                            "loop lag p99", "loop lag max"], rows))
-        print("tokens/s: generated tokens of all sessions / wall time of the run, under a "
-              "real-time load (audio in and out at 1x); pages shared: KV pages referenced by "
-              f"more than one sequence (page size {runtime.cfg.engine.page_size} tokens); "
-              "loop lag: how late a 10 ms timer fired on the server's event loop")
-        print(f"engine after the concurrency runs: {runtime.engine_stats()}")
+        report.table(["sessions", "turns", "timed out", "v2v p50", "v2v p95",
+                      "tokens/s (all)", "p50 vs N=1", "tokens/s vs N=1",
+                      "pages used (max)", "pages shared (max)",
+                      "loop lag p99", "loop lag max"], rows)
+        report.line("tokens/s: generated tokens of all sessions / wall time of the run, under a "
+                    "real-time load (audio in and out at 1x); pages shared: KV pages referenced "
+                    f"by more than one sequence (page size {runtime.cfg.engine.page_size} "
+                    "tokens); loop lag: how late a 10 ms timer fired on the server's event loop")
+        report.line(f"engine after the concurrency runs: {runtime.engine_stats()}")
         seconds = args.minutes * 60 if args.minutes else args.seconds
         samples = await churn(server, runtime, voices, seconds, args.churn_sessions,
                               args.churn_turns)
     finally:
         await server.shutdown()
         gc.callbacks.remove(full_gcs)
-    print(f"full garbage collections during the run ({'frozen' if args.gc_freeze else 'unfrozen'} "
-          f"heap): {len(full_gcs.pauses_s)}, longest {_ms(max(full_gcs.pauses_s, default=None))}")
+    report.line(f"full garbage collections during the run "
+                f"({'frozen' if args.gc_freeze else 'unfrozen'} heap): {len(full_gcs.pauses_s)}, "
+                f"longest {_ms(max(full_gcs.pauses_s, default=None))}")
     runtime.check_engine()
     final = runtime.engine_stats()
-    print(format_table(["t (s)", "RSS (MiB)", "pages used", "sessions", "largest context",
-                        "unowned sequences"],
-                       [[f"{t:.0f}", f"{r:.0f}", p, s, c, u] for t, r, p, s, c, u in samples]))
+    report.table(["t (s)", "RSS (MiB)", "pages used", "sessions", "largest context",
+                  "unowned sequences"],
+                 [[f"{t:.0f}", f"{r:.0f}", p, s, c, u] for t, r, p, s, c, u in samples])
     rss = [sample[1] for sample in samples]
     if rss:
         half = rss[len(rss) // 2:]
-        print(f"RSS: start {rss[0]:.0f} MiB, max {max(rss):.0f} MiB, end {rss[-1]:.0f} MiB; "
-              f"second half {min(half):.0f}-{max(half):.0f} MiB")
-        print(f"pages used: max {max(s[2] for s in samples)} of "
-              f"{runtime.cfg.engine.num_pages}; largest context "
-              f"{max(s[4] for s in samples)} tokens; unowned sequences max "
-              f"{max(s[5] for s in samples)}")
-    print(f"engine at the end: {final}")
+        report.line(f"RSS: start {rss[0]:.0f} MiB, max {max(rss):.0f} MiB, end {rss[-1]:.0f} "
+                    f"MiB; second half {min(half):.0f}-{max(half):.0f} MiB")
+        report.line(f"pages used: max {max(s[2] for s in samples)} of "
+                    f"{runtime.cfg.engine.num_pages}; largest context "
+                    f"{max(s[4] for s in samples)} tokens; unowned sequences max "
+                    f"{max(s[5] for s in samples)}")
+    report.line(f"engine at the end: {final}")
     leak = final["pages_used"] != 0 or final["sequences"] != 0
-    print("pages: OK (all free or cached, check() holds)" if not leak else "pages: LEAK")
+    report.line("pages: OK (all free or cached, check() holds)" if not leak else "pages: LEAK")
+    if not args.no_write:
+        write_results("serve-soak" if args.minutes else "serve", report.blocks,
+                      command=sys.orig_argv)
     return 1 if leak else 0
 
 
@@ -357,6 +362,7 @@ def main() -> int:
                         "full garbage collection (as before assistant/app/heap.py)")
     p.add_argument("--phase-limit", type=float, default=240.0,
                    help="give up on a concurrency level after this many seconds")
+    add_no_write(p)
     args = p.parse_args()
     if max(args.sessions) > 16 or args.turns > 10 or args.churn_turns > 100 or (args.minutes or args.seconds / 60) > 60:
         p.error("bounded benchmark: at most 16 sessions, 10 turns, 60 minutes")

@@ -33,11 +33,12 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from results import Report, add_no_write, write_results
+
 from assistant.app.config import AppConfig, default_config_path, load_config
 from assistant.loop import event_log as log
 from assistant.loop.metrics import percentile
 from assistant.loop.setup import LoopModels, load_models
-from assistant.replay.report import format_table
 from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Say, Scenario, espeak_available, render_scenario
 from assistant.replay.splice import insert_pause, word_gap_ms
@@ -131,6 +132,7 @@ def main() -> int:
     p.add_argument("--cuts", choices=("natural", "separate"), default="natural",
                    help="pause inside the sentence spoken whole (natural), or its first "
                         "words spoken as an utterance of their own (separate)")
+    add_no_write(p)
     args = p.parse_args()
     st_name = "pipecat: smart turn v3.2 alone"
     pauses = [int(x) for x in args.pauses.split(",")]
@@ -231,19 +233,24 @@ def main() -> int:
                      f"{percentile(t.delays, 95) or 0:.0f} ms",
                      f"{sum(short) / len(short) if short else 0:.0f} ms",
                      f"{percentile(short, 95) or 0:.0f} ms", t.missed_complete])
-    print(format_table(["end of turn", "false cut-offs (pauses)", "endpoint delay mean",
-                        "p50", "p95", "short requests mean", "short p95",
-                        "complete turns unanswered"], rows))
-    print(format_table(["end of turn"] + [f"false cut-offs at {p} ms" for p in pauses],
-                       [[mode] + [f"{by_pause[(mode, p)][1]}/{by_pause[(mode, p)][0]}"
-                                  for p in pauses] for mode in names]))
-    print(f"cuts: {args.cuts}" + (f" ({fallbacks} sentences spoken apart: Whisper's words "
-                                  "did not match)" if fallbacks else ""))
-    print("virtual clock: delays are the rules' own (speech end -> end of turn decided), "
-          "with compute taking no time; bench_loop.py --realtime measures this CPU")
+    report = Report()
+    report.table(["end of turn", "false cut-offs (pauses)", "endpoint delay mean",
+                  "p50", "p95", "short requests mean", "short p95",
+                  "complete turns unanswered"], rows)
+    report.table(["end of turn"] + [f"false cut-offs at {p} ms" for p in pauses],
+                 [[mode] + [f"{by_pause[(mode, p)][1]}/{by_pause[(mode, p)][0]}"
+                            for p in pauses] for mode in names])
+    report.line(f"cuts: {args.cuts}" + (f" ({fallbacks} sentences spoken apart: Whisper's "
+                                        "words did not match)" if fallbacks else ""))
+    report.line("virtual clock: delays are the rules' own (speech end -> end of turn decided), "
+                "with compute taking no time; bench_loop.py --realtime measures this CPU")
     if smart:
-        print(f"{st_name}: scored on the same audio, P > 0.5 at its VAD's 200 ms stop ends "
-              "the turn, else 3 s of silence does; its inference time (~45 ms here) not counted")
+        report.line(f"{st_name}: scored on the same audio, P > 0.5 at its VAD's 200 ms stop "
+                    "ends the turn, else 3 s of silence does; its inference time (~45 ms here) "
+                    "not counted")
+    if not args.no_write:
+        write_results("turns" if args.cuts == "natural" else f"turns-cuts-{args.cuts}",
+                      report.blocks, command=sys.orig_argv)
     return 0
 
 

@@ -26,6 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from results import add_no_write, capture, fenced, write_results
+
 from assistant.app.config import load_config
 from assistant.app.models import resolve_llm
 from assistant.dialogue.dialogue import Dialogue, DialogueOptions
@@ -113,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--url", help="a running vLLM server (else one is started)")
     parser.add_argument("--model", type=Path, help="model directory (default: the packaged one)")
+    add_no_write(parser)
     args = parser.parse_args(argv)
 
     from assistant.llm.local import LocalBackend
@@ -141,6 +144,15 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
+    with capture() as printed:
+        report(local_turns, local_wall, remote_turns, remote_wall)
+    if not args.no_write:
+        write_results("vllm", fenced(printed.getvalue()), command=sys.orig_argv)
+    return 0
+
+
+def report(local_turns: list[Turn], local_wall: float, remote_turns: list[Turn],
+           remote_wall: float) -> None:
     print(f"\n10 turns, barge-ins at turns {', '.join(str(b + 1) for b in sorted(BARGE_INS))}; "
           "prompt = the whole conversation sent (vLLM) / held (local) at the turn's start")
     print(f"{'turn':>4} {'prompt':>6} | {'local comp/reused':>17} {'TTFT ms':>8} | "
@@ -156,7 +168,6 @@ def main(argv: list[str] | None = None) -> int:
               f"median TTFT {1000 * sorted(t.ttft_s for t in turns)[len(turns) // 2]:.0f} ms")
     same = sum(a.reply == b.reply for a, b in zip(local_turns, remote_turns, strict=True))
     print(f"same replies: {same}/{len(TURNS)}")
-    return 0
 
 
 if __name__ == "__main__":
