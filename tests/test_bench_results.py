@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.results import (
+    RESULTS_DIR,
     Machine,
     Report,
     capture,
@@ -124,6 +125,16 @@ def test_capture_tees_stdout(capsys: pytest.CaptureFixture[str]) -> None:
         print("ratios: 0.94x")
     assert printed.getvalue() == "ratios: 0.94x\n"
     assert capsys.readouterr().out == "ratios: 0.94x\n"
+
+
+def test_seeded_results_have_the_header() -> None:
+    files = sorted(RESULTS_DIR.glob("*.md"))
+    assert files, "bench/results/ is seeded"
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert text.startswith(f"# Results: {path.stem}\n"), path.name
+        for field in ("- machine: ", "- date: ", "- command: "):
+            assert f"\n{field}" in text, f"{path.name}: no {field.strip()}"
 
 
 BENCHES = ("bench_asr.py", "bench_audio.py", "bench_echo.py", "bench_engine.py",
