@@ -19,6 +19,7 @@ from engine.sequence import Sequence
 
 if TYPE_CHECKING:
     from engine.detokenize import TokenizerLike
+    from engine.grammar import GrammarVocabulary
     from engine.job import Job
     from engine.runner import ModelRunner
     from engine.weight_formats import DensePrefill
@@ -36,11 +37,16 @@ class Engine:
     """
 
     def __init__(self, runner: ModelRunner, tokenizer: TokenizerLike, *, max_batch: int = 8,
-                 prefill_chunk: int = 512) -> None:
+                 prefill_chunk: int = 512,
+                 grammar_vocabulary: GrammarVocabulary | None = None) -> None:
+        """grammar_vocabulary: the tokenizer's vocabulary for JSON-schema constrained
+        replies (`SamplingParams.json_schema`); by default built from a transformers
+        `tokenizer` when the first such reply is enqueued."""
         self.runner = runner
         self.tokenizer = tokenizer
         self._cache: PageCache[Sequence] = PageCache(runner, prefill_chunk=prefill_chunk)
         self._scheduler = Scheduler(self._cache, tokenizer, max_batch=max_batch)
+        self._grammar_vocabulary = grammar_vocabulary
 
     @classmethod
     def load(cls, model_path: str | Path, *, gguf_file: str | None = None, device: str = "cpu",
@@ -81,8 +87,18 @@ class Engine:
 
     def enqueue(self, seq: Sequence, params: SamplingParams, *,
                 prompt_ids: Iterable[int] = (), priority: Priority | None = None) -> Job:
-        """Start a generation on `seq` after `prompt_ids`; advance it with `step()`."""
-        return self._scheduler.enqueue(seq, params, prompt_ids=prompt_ids, priority=priority)
+        """Start a generation on `seq` after `prompt_ids`; advance it with `step()`. With
+        ``params.json_schema``, only ids its grammar allows are sampled and the job ends as
+        soon as the JSON document is whole; a schema the grammar compiler cannot take
+        raises `engine.grammar.GrammarError` here, before anything starts."""
+        constraint = None
+        if params.json_schema is not None:
+            from engine.grammar import JsonSchemaConstraint
+
+            grammar = self.grammar_vocabulary.compile(params.json_schema)
+            constraint = JsonSchemaConstraint(grammar)
+        return self._scheduler.enqueue(seq, params, prompt_ids=prompt_ids, priority=priority,
+                                       constraint=constraint)
 
     def step(self) -> list[TokenEvent]:
         """One scheduler step: at most one prefill forward (the next prompt chunks of one
@@ -99,6 +115,20 @@ class Engine:
     @property
     def jobs(self) -> tuple[Job, ...]:
         return self._scheduler.jobs
+
+    @property
+    def grammar_vocabulary(self) -> GrammarVocabulary:
+        """The vocabulary JSON schemas compile against, with its cache of compiled schemas
+        (``grammar_vocabulary.compile(schema)`` ahead of a reply compiles it then). Built
+        on first use from the tokenizer (a transformers one) and the model's vocabulary
+        size and EOS ids, unless one was given."""
+        if self._grammar_vocabulary is None:
+            from engine.grammar import GrammarVocabulary
+
+            self._grammar_vocabulary = GrammarVocabulary.from_tokenizer(
+                self.tokenizer, vocab_size=self.runner.vocab_size,
+                stop_token_ids=self.runner.eos_token_ids)
+        return self._grammar_vocabulary
 
     # ---- cache -------------------------------------------------------------------------
 

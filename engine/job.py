@@ -4,9 +4,10 @@ The scheduler drives jobs (`prompt_chunk` / `on_prefilled`, `decode_item` /
 `on_decoded`); a job turns each sampled token into a `TokenEvent`. The sampled token is
 "pending" until the next decode step writes its K/V, so the sequence always holds exactly
 the tokens whose K/V exists.
-When a job finishes (stop string, stop token or length), the sequence is cut to the kept
-tokens and the scheduler appends the rest of them and the `end_of_turn` ids before its step
-returns (`take_closing`), so the cache holds the closed turn and nothing the text does not.
+When a job finishes (stop string, stop token, length, or the document of its JSON schema
+whole: `engine.grammar`), the sequence is cut to the kept tokens and the scheduler appends
+the rest of them and the `end_of_turn` ids before its step returns (`take_closing`), so the
+cache holds the closed turn and nothing the text does not.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from engine.sampler import Sampler
 if TYPE_CHECKING:
     import torch
 
+    from engine.grammar import JsonSchemaConstraint
     from engine.runner import DecodeItem
     from engine.sequence import Sequence
 
@@ -44,7 +46,10 @@ class Job(ReplyJob):
 
     def __init__(self, job_id: int, seq: Sequence, params: SamplingParams, *,
                  prompt_ids: Iterable[int], priority: Priority, tokenizer: TokenizerLike,
-                 eos_token_ids: Iterable[int]) -> None:
+                 eos_token_ids: Iterable[int],
+                 constraint: JsonSchemaConstraint | None = None) -> None:
+        """``constraint``: the grammar state of ``params.json_schema`` (exactly when it is
+        set); the job ends as soon as its document is whole."""
         prompt = [int(t) for t in prompt_ids]
         super().__init__(job_id, params, tokenizer=tokenizer, eos_token_ids=eos_token_ids,
                          context=(list(seq.tokens) + prompt)[-CONTEXT_TOKENS:])
@@ -56,7 +61,7 @@ class Job(ReplyJob):
         self._prompt_done = 0
         self._base = 0  # sequence length once the prompt is in
         self._closing: list[int] = []
-        self._sampler = Sampler(params, exempt=self.stop_ids)
+        self._sampler = Sampler(params, exempt=self.stop_ids, constraint=constraint)
         self._cancel = threading.Event()
 
     # ---- caller side -------------------------------------------------------------------
@@ -101,7 +106,8 @@ class Job(ReplyJob):
             return []
         self._base = len(self.seq)
         self.state = JobState.DECODE
-        return self._on_token(self._sampler.sample(self.seq.next_logits(), self.recent()))
+        token_id = self._sampler.sample(self.seq.next_logits(), self.recent())
+        return self._on_token(token_id, complete=self._sampler.complete)
 
     def decode_item(self) -> DecodeItem:
         assert self._pending is not None
@@ -124,10 +130,11 @@ class Job(ReplyJob):
 
     def sample_next(self, token_id: int | None = None) -> list[TokenEvent]:
         """Take the next token: `token_id` when the scheduler sampled the whole batch at
-        once (`engine.sampler.sample_batch`), else sample the sequence's logits."""
+        once (`engine.sampler.sample_batch`, through this job's sampler), else sample the
+        sequence's logits."""
         if token_id is None:
             token_id = self._sampler.sample(self.seq.next_logits(), self.recent())
-        return self._on_token(token_id)
+        return self._on_token(token_id, complete=self._sampler.complete)
 
     def finish_cancelled(self) -> list[TokenEvent]:
         """End now, touching nothing in the sequence (its tokens are those whose K/V was

@@ -1,9 +1,12 @@
-"""Inputs of a generation: sampling parameters and scheduling priority."""
+"""Inputs of a generation: sampling parameters (an optional JSON schema among them) and
+scheduling priority."""
 
 from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+
+from engine.grammar import canonical_schema
 
 __all__ = ["Priority", "SamplingParams"]
 
@@ -47,6 +50,14 @@ class SamplingParams:
     repetition_window: int = 64
     """How many of the sequence's last ids the penalty looks at (prompt included, so a
     reply adopted from a speculative fork is penalised exactly as if generated live)."""
+    json_schema: str | None = None
+    """A JSON schema the reply must match, as JSON text (e.g. ``json.dumps`` of
+    `engine.grammar.tool_call_schema(tools)`; kept in `engine.grammar.canonical_schema`
+    form). Only ids that keep the reply a prefix of a matching compact JSON document are
+    sampled, and the reply ends (EOS, every id kept, the turn closed) as soon as the
+    document is whole. Stop strings and `max_new_tokens` still apply: a reply cut by them
+    is not whole. The local engine masks the logits (`engine.grammar`); a remote backend
+    must send the schema to its server as a structured-output request."""
 
     def __post_init__(self) -> None:
         if self.max_new_tokens < 1:
@@ -67,3 +78,5 @@ class SamplingParams:
         object.__setattr__(self, "stop", tuple(self.stop))
         object.__setattr__(self, "stop_token_ids", tuple(int(t) for t in self.stop_token_ids))
         object.__setattr__(self, "end_of_turn", tuple(int(t) for t in self.end_of_turn))
+        if self.json_schema is not None:
+            object.__setattr__(self, "json_schema", canonical_schema(self.json_schema))

@@ -70,11 +70,18 @@ class ReplyJob:
         """Make the sequence end with the prompt, ``kept`` and the end-of-turn ids."""
         raise NotImplementedError
 
-    def _on_token(self, token_id: int) -> list[TokenEvent]:
-        """The next sampled id: it ends the reply or becomes the pending id."""
-        step = self._text.add(token_id, room_for_next=self._room_for_next())
+    def _on_token(self, token_id: int, *, complete: bool = False) -> list[TokenEvent]:
+        """The next sampled id: it ends the reply or becomes the pending id. ``complete``:
+        the reply is whole with it (a JSON schema's document is, see
+        `SamplingParams.json_schema`): it ends here, every id kept, as if a stop id
+        followed (the reason is EOS, as a server that samples that stop id reports)."""
+        room = self._room_for_next() and not complete
+        step = self._text.add(token_id, room_for_next=room)
         if step.finish is not None:
-            return self._finish(step.finish, token_id, step.delta, step.kept)
+            reason = step.finish
+            if complete and reason is FinishReason.LENGTH:
+                reason = FinishReason.EOS
+            return self._finish(reason, token_id, step.delta, step.kept)
         self._pending = token_id
         return [self._event(token_id, step.delta, finished=False, reason=None)]
 

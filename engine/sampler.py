@@ -1,5 +1,5 @@
-"""Token sampling from next-token logits: repetition penalty, then greedy, temperature,
-top-k, top-p.
+"""Token sampling from next-token logits: a grammar's mask, repetition penalty, then
+greedy, temperature, top-k, top-p.
 
 Each generation owns a seeded `torch.Generator`, so a seed reproduces its samples
 whatever else runs in the same batch.
@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
 
     import torch
+
+    from engine.grammar import JsonSchemaConstraint
 
 __all__ = ["Sampler", "argmax_rows", "sample_batch", "penalize"]
 
@@ -50,11 +52,28 @@ def penalize(logits: torch.Tensor, recent: Collection[int], penalty: float,
 
 
 class Sampler:
-    def __init__(self, params: SamplingParams, exempt: Collection[int] = ()) -> None:
+    """One generation's sampling: its parameters, its seeded generator and, for a reply
+    under a JSON schema, its grammar constraint."""
+
+    def __init__(self, params: SamplingParams, exempt: Collection[int] = (),
+                 constraint: JsonSchemaConstraint | None = None) -> None:
+        schema = None if constraint is None else constraint.grammar.schema
+        if schema != params.json_schema:
+            raise ValueError("a sampler has a grammar constraint exactly when its params "
+                             "have a json_schema, and for that schema")
         self.params = params
         self.exempt = frozenset(exempt)
         """Ids the repetition penalty never touches (the generation's stop ids)."""
+        self.constraint = constraint
+        """Masks each step's logits to the ids the grammar allows; `sample` advances it by
+        the id it picks."""
         self._generator: torch.Generator | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether the grammar's document is whole (nothing but a stop id may follow): the
+        generation ends with the last id sampled. False without a constraint."""
+        return self.constraint is not None and self.constraint.is_done()
 
     @property
     def window(self) -> int:
@@ -63,8 +82,16 @@ class Sampler:
         return p.repetition_window if p.repetition_penalty != 1.0 else 0
 
     def sample(self, logits: torch.Tensor, recent: Collection[int] = ()) -> int:
-        """One token id from a ``[vocab]`` float logits row; ``recent`` are the
-        sequence's last :attr:`window` ids, for the repetition penalty."""
+        """One token id from a ``[vocab]`` float logits row (never changed); ``recent`` are
+        the sequence's last :attr:`window` ids, for the repetition penalty. With a
+        constraint, only an id the grammar allows, and the constraint advances by it."""
+        if self.constraint is None:
+            return self._pick(logits, recent)
+        token = self._pick(self.constraint.mask(logits), recent)
+        self.constraint.advance(token)
+        return token
+
+    def _pick(self, logits: torch.Tensor, recent: Collection[int]) -> int:
         import torch
 
         params = self.params
@@ -90,15 +117,16 @@ class Sampler:
 
 def sample_batch(samplers: Sequence[Sampler], logits: torch.Tensor,
                  recent: Sequence[Collection[int]] | None = None) -> list[int]:
-    """One token id per row of ``[B, vocab]`` logits: the greedy rows without a penalty in
-    one argmax over the batch, the others through their own sampler (and seeded
-    generator). ``recent[row]`` feeds that row's repetition penalty."""
+    """One token id per row of ``[B, vocab]`` logits: the greedy rows without a penalty or
+    a grammar in one argmax over the batch, the others through their own sampler (its
+    seeded generator, its constraint's mask, which `Sampler.sample` advances).
+    ``recent[row]`` feeds that row's repetition penalty."""
     import torch
 
     if len(samplers) != logits.shape[0]:
         raise ValueError(f"{len(samplers)} samplers for {logits.shape[0]} logits rows")
     plain = [row for row, s in enumerate(samplers)
-             if s.params.temperature == 0.0 and not s.window]
+             if s.params.temperature == 0.0 and not s.window and s.constraint is None]
     chosen: list[int] = [0] * len(samplers)
     if plain:
         rows = logits if len(plain) == len(samplers) else logits[torch.tensor(plain)]

@@ -25,6 +25,7 @@ from engine.sampler import sample_batch
 
 if TYPE_CHECKING:
     from engine.detokenize import TokenizerLike
+    from engine.grammar import JsonSchemaConstraint
     from engine.page_cache import PageCache
     from engine.sequence import Sequence
 
@@ -51,9 +52,12 @@ class Scheduler:
         return bool(self._jobs)
 
     def enqueue(self, seq: Sequence, params: SamplingParams, *,
-                prompt_ids: Iterable[int] = (), priority: Priority | None = None) -> Job:
+                prompt_ids: Iterable[int] = (), priority: Priority | None = None,
+                constraint: JsonSchemaConstraint | None = None) -> Job:
         """Start a generation on `seq` after `prompt_ids` (extended first, with reuse).
-        A sequence runs at most one job at a time."""
+        A sequence runs at most one job at a time. ``constraint``: the grammar state of
+        ``params.json_schema``, exactly when it is set (`engine.engine.Engine.enqueue`
+        makes it)."""
         if seq.released:
             raise EngineError(f"sequence {seq.seq_id} was released")
         if any(job.seq is seq for job in self._jobs.values()):
@@ -61,7 +65,8 @@ class Scheduler:
         self._next_id += 1
         job = Job(self._next_id, seq, params, prompt_ids=prompt_ids,
                   priority=seq.priority if priority is None else priority,
-                  tokenizer=self._tokenizer, eos_token_ids=self._cache.runner.eos_token_ids)
+                  tokenizer=self._tokenizer, eos_token_ids=self._cache.runner.eos_token_ids,
+                  constraint=constraint)
         self._jobs[job.job_id] = job
         seq.attach(job)
         return job
