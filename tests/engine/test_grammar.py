@@ -374,3 +374,32 @@ def test_the_engine_reads_a_transformers_tokenizers_vocabulary() -> None:
             assert job.result.finish_reason is FinishReason.EOS
             assert call_errors(tokenizer.decode(list(job.result.token_ids))) == []
     engine.check()
+
+
+# ---- the packaged SmolLM2 (slow) ------------------------------------------------------
+
+
+def test_smollm2_writes_valid_calls_and_unconstrained_it_does_not(llm_dir: Any) -> None:
+    """The default model's own tokenizer (49,152 ids, read by the engine itself): asked for
+    a tool call, greedy and sampled replies under the schema are valid calls that end
+    when whole; the same requests unconstrained are not."""
+    from engine.chat_template import ChatTemplate
+
+    engine = Engine.load(llm_dir, dtype="float32", page_size=16, num_pages=256)
+    template = ChatTemplate(engine.tokenizer)
+    asks = ["Set a timer for five minutes for the tea.", "What's the weather in Oslo?"]
+    prompt_ids = [template.render_ids(
+        [{"role": "system", "content": "Answer with one tool call as JSON."},
+         {"role": "user", "content": ask}], add_generation_prompt=True) for ask in asks]
+    eot = template.end_of_turn_ids
+    schema = json.dumps(SCHEMA)
+    constrained = [SamplingParams(max_new_tokens=96, json_schema=schema, end_of_turn=eot,
+                                  temperature=t, seed=1) for t in (0.0, 0.8)]
+    for job, seq, prompt in run_jobs(engine, constrained * 2,
+                                     [p for p in prompt_ids for _ in range(2)]):
+        assert job.result.finish_reason is FinishReason.EOS
+        assert call_errors(job.result.text) == [], job.result.text
+        assert seq.tokens == tuple(prompt) + job.result.token_ids + eot
+    plain = [SamplingParams(max_new_tokens=96, end_of_turn=eot)] * 2
+    for job, _, _ in run_jobs(engine, plain, prompt_ids):
+        assert call_errors(job.result.text), job.result.text
