@@ -53,7 +53,7 @@ class Turn:
     """One message of the conversation."""
 
     role: str
-    """system | user | assistant."""
+    """system | user | assistant | tool."""
     text: str
     """What was said: for an assistant turn, exactly the words that were played."""
     token_ids: tuple[int, ...]
@@ -66,6 +66,14 @@ class Turn:
     """The pipeline turn this message belongs to (user and assistant share one)."""
     generated_tokens: int = 0
     """Assistant: tokens generated before any cut (>= kept tokens)."""
+    name: str = ""
+    """Tool: the tool whose result this is."""
+
+    def message(self) -> dict[str, str]:
+        """As a chat template expects it."""
+        if self.role == "tool":
+            return {"role": "tool", "content": self.text, "name": self.name}
+        return {"role": self.role, "content": self.text}
 
     def to_json(self, *, in_context: bool = True) -> dict[str, Any]:
         return {
@@ -160,7 +168,7 @@ class Conversation:
 
     def messages(self) -> list[dict[str, str]]:
         """The model's context as ``[{"role", "content"}]`` (as a chat template expects)."""
-        return [{"role": t.role, "content": t.text} for t in self._visible(self._hidden)]
+        return [t.message() for t in self._visible(self._hidden)]
 
     def to_json(self) -> list[dict[str, Any]]:
         """Every turn, each marked with whether the model still sees it."""
@@ -175,7 +183,7 @@ class Conversation:
         if not hasattr(renderer, "render_text"):
             return None
         marker = INTERRUPTED_MARKER if self.interrupted_marker else ""
-        messages = [{"role": t.role, "content": t.text + (marker if t.interrupted else "")}
+        messages = [{**t.message(), "content": t.text + (marker if t.interrupted else "")}
                     for t in self.visible_turns]
         return bool(decoded == renderer.render_text(messages))
 
@@ -187,6 +195,23 @@ class Conversation:
         user = {"role": "user", "content": text}
         return (tuple(self.renderer.message_ids(history, user)),
                 tuple(self.renderer.generation_prompt_ids([*history, user])))
+
+    def tool_prompt_ids(self, results: Sequence[tuple[str, str]]
+                        ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(tool messages ids, reply header ids) that the results ``(name, output)`` of
+        one reply's calls add: rendered as one run, since a template may wrap
+        consecutive tool messages together (Qwen2.5 does)."""
+        history = self.messages()
+        messages = [{"role": "tool", "content": output, "name": name}
+                    for name, output in results]
+        renderer: Any = self.renderer
+        if hasattr(renderer, "messages_ids"):
+            ids = list(renderer.messages_ids(history, messages))
+        else:
+            ids = []
+            for i, message in enumerate(messages):
+                ids += renderer.message_ids([*history, *messages[:i]], message)
+        return tuple(ids), tuple(renderer.generation_prompt_ids([*history, *messages]))
 
     def closing_ids(self, *, interrupted: bool) -> tuple[int, ...]:
         """Ids appended after an assistant turn's kept tokens."""
@@ -208,6 +233,15 @@ class Conversation:
         turn = Turn("user", text, tuple(token_ids), turn_id=turn_id)
         self._turns.append(turn)
         return turn
+
+    def add_tool_results(self, results: Sequence[tuple[str, str]], token_ids: Sequence[int],
+                         *, turn_id: int | None = None) -> None:
+        """Append the results ``(name, output)`` of a reply's calls as tool turns; the
+        run's ids (from :meth:`tool_prompt_ids`) are held by its first turn."""
+        ids = tuple(token_ids)
+        for i, (name, output) in enumerate(results):
+            self._turns.append(Turn("tool", output, ids if i == 0 else (), turn_id=turn_id,
+                                    name=name))
 
     def add_assistant(self, text: str, header_ids: Sequence[int], kept_ids: Sequence[int], *,
                       generated_tokens: int, interrupted: bool, spoken_ms: int,

@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 
 from assistant.dialogue.context_window import Adopted, ContextWindow
 from assistant.dialogue.conversation import Conversation, TurnRenderer
-from assistant.dialogue.end_score import open_user_ids, sentence_end_ids
 from assistant.dialogue.live_turn import LiveTurn, reply_params
 from assistant.dialogue.prompt_in import put_prompt
+from assistant.dialogue.said import open_said_turn
 from assistant.dialogue.speculation_pool import SpeculationPool
+from assistant.dialogue.tool_prompt import retool, shown_tools, with_tools
 from assistant.dialogue.types import (
     DialogueError,
     DialogueOptions,
@@ -35,6 +36,7 @@ from assistant.dialogue.types import (
     TurnClosed,
     TurnStart,
 )
+from assistant.tools.calls import ToolCallDetector, is_speech
 from engine.params import Priority, SamplingParams
 
 if TYPE_CHECKING:
@@ -60,7 +62,11 @@ class Dialogue:
         self.backend = backend
         self._options = options
         self._next_options: DialogueOptions | None = None
-        self.conversation = Conversation(renderer, options.system_prompt,
+        self._renderer = renderer
+        """The template without tools (the conversation's renderer may show them)."""
+        shown, system = with_tools(renderer, options.system_prompt, options.tools,
+                                   options.tool_choice)
+        self.conversation = Conversation(shown, system,
                                          interrupted_marker=options.interrupted_marker)
         self._seq: LLMSequence = backend.sequence(priority=Priority.LIVE)
         try:
@@ -73,7 +79,6 @@ class Dialogue:
         self._window = ContextWindow(backend, self.conversation, limits=(
             options.max_context_tokens, backend.max_positions))
         self._live: LiveTurn | None = None
-        self._end_ids: frozenset[int] | None = None
         self._outbox: list[DialogueOutput] = []
         self._closed = False
 
@@ -141,10 +146,12 @@ class Dialogue:
         context in the background and swapped in between turns, before the next turn
         at the latest (`ContextWindow.change_system`); a conversation that started
         without one cannot get one."""
-        current = (self._next_options or self._options).system_prompt
-        if options.system_prompt != current:
+        current = self._next_options or self._options
+        if (options.system_prompt, options.tools, options.tool_choice) != (
+                current.system_prompt, current.tools, current.tool_choice):
             try:
-                system = self.conversation.system_turn(options.system_prompt)
+                system = retool(self.conversation, self._renderer, options.system_prompt,
+                                options.tools, options.tool_choice)
             except ValueError as exc:
                 raise DialogueError(f"the system prompt cannot change: {exc}") from None
             self._window.change_system(system, len(self._seq), self._headroom())
@@ -164,19 +171,8 @@ class Dialogue:
         overtake its own queued start)."""
         if self._live is not None:
             return None
-        scoring = self._options.score_end_of_turn
-        user_ids, header = self.conversation.user_prompt_ids(user_text)
-        need = (len(self._seq) + len(user_ids) + len(header)
-                + self._options.speculation_max_tokens)
-        if not self._window.fits(need):
-            # The turn will trim the context first: a draft here cannot be adopted.
-            return EndOfTurnScore(spec_id, float("nan")) if scoring else None
-        score_ids = open_user_ids(self.conversation, user_text) if scoring else ()
-        if score_ids and self._end_ids is None:
-            self._end_ids = sentence_end_ids(self.conversation.renderer)
-        p_end = self._specs.start(spec_id, user_text, self._seq, user_ids + header,
-                                  score_ids=score_ids, end_ids=self._end_ids or ())
-        return EndOfTurnScore(spec_id, p_end) if scoring and p_end is not None else None
+        return self._specs.speculate(spec_id, user_text, self._seq, self.conversation,
+                                     self._window, score=self._options.score_end_of_turn)
 
     def warm(self, user_text: str) -> PromptWarmed | None:
         """Compute the user's message so far (``user_text``, left open) on a throwaway
@@ -184,11 +180,7 @@ class Dialogue:
         came after. None while a reply is open, or when it does not fit the context."""
         if self._live is not None:
             return None
-        ids = open_user_ids(self.conversation, user_text)
-        if not ids or not self._window.fits(len(self._seq) + len(ids)
-                                            + self._options.speculation_max_tokens):
-            return None
-        return PromptWarmed(user_text, len(ids), self._specs.warm(self._seq, ids))
+        return self._specs.warm_user(user_text, self._seq, self.conversation, self._window)
 
     def cancel_speculation(self, spec_id: int) -> None:
         """Drop a speculation (idempotent); its cached pages stay matchable."""
@@ -197,23 +189,39 @@ class Dialogue:
     # ------------------------------------------------------------------ turns
 
     def start_turn(self, turn_id: int, user_text: str, spec_id: int | None,
-                   *, max_new_tokens: int | None = None) -> TurnStart:
+                   *, max_new_tokens: int | None = None,
+                   tool_results: tuple[tuple[str, str], ...] = (), say: str = "") -> TurnStart:
         """Commit the user's turn and start the reply (adopting a matching speculation).
-        ``max_new_tokens`` overrides the option for this reply only."""
+        ``max_new_tokens`` overrides the option for this reply only. With
+        ``tool_results`` (``(name, output)`` of the last reply's calls) the turn is those
+        results instead of a user message (``user_text`` only labels it); with ``say``,
+        the reply is that text, given (:mod:`~.said`), after no user message."""
         if self._live is not None:
             raise DialogueError(f"turn {turn_id} started while turn {self._live.turn_id} is open")
+        if say:
+            self._fit_context("", len(say))
+            self._specs.cancel_all()
+            self._live, start, delta = open_said_turn(self._seq, self.conversation,
+                                                      self.backend.tokenizer, turn_id, say)
+            self._outbox.append(delta)
+            return start
         limit = max_new_tokens or self._options.max_new_tokens
         self._fit_context(user_text, limit)
-        user_ids, header = self.conversation.user_prompt_ids(user_text)
+        user_ids, header = (self.conversation.tool_prompt_ids(tool_results) if tool_results
+                            else self.conversation.user_prompt_ids(user_text))
         prompt = user_ids + header
-        spec = self._specs.take(spec_id)
+        spec = None if tool_results else self._specs.take(spec_id)
         self._specs.cancel_all()
         base = len(self._seq)
         put = put_prompt(self._seq, prompt, spec)
         self._seq, reply, pending_done = put.seq, put.reply, put.pending_done
-        self.conversation.add_user(user_text, user_ids, turn_id=turn_id)
+        if tool_results:
+            self.conversation.add_tool_results(tool_results, user_ids, turn_id=turn_id)
+        else:
+            self.conversation.add_user(user_text, user_ids, turn_id=turn_id)
         live = LiveTurn(turn_id=turn_id, user_text=user_text, header_ids=header,
-                        reply_start=base + len(prompt), reply=reply, drafted=put.drafted)
+                        reply_start=base + len(prompt), reply=reply, drafted=put.drafted,
+                        calls=ToolCallDetector() if self._tools_shown else None)
         self._live = live
         drafted = live.open_with_draft(whole=pending_done)
         if drafted is not None:
@@ -236,7 +244,8 @@ class Dialogue:
     def collect(self) -> list[DialogueOutput]:
         """What came out of the backend for this conversation since the last call (call
         after each backend step; the engine thread does)."""
-        out: list[DialogueOutput] = list(self._specs.collect())
+        out: list[DialogueOutput] = [d for d in self._specs.collect()
+                                     if not self._tools_shown or is_speech(d.text)]
         self._window.collect()
         if self._live is None and not len(self._specs) and self._window.ready:
             self._adopt_window()  # between turns: nobody waits for it
@@ -267,13 +276,28 @@ class Dialogue:
         live = self._require(turn_id)
         live.cancel(self.backend)
         self._live = None
-        user = self.conversation.pop()
-        if user.role != "user":
+        last = self.conversation.last
+        if not live.said and (last is None or last.role not in ("user", "tool")
+                              or last.turn_id != turn_id):
             raise DialogueError("withdrawn turn did not end with its user message")
+        while (last := self.conversation.last) is not None and last.turn_id == turn_id:
+            self.conversation.pop()
         self._seq.truncate(self.conversation.num_tokens)
         self._check_sync()
         self._turn_boundary()
         self._window.plan(len(self._seq), self._headroom())
+
+    def add_tool_results(self, turn_id: int | None,
+                         results: tuple[tuple[str, str], ...]) -> None:
+        """Record the results ``(name, output)`` of the last reply's calls without
+        replying (the user spoke first): the next turn follows them."""
+        if self._live is not None:
+            raise DialogueError(f"tool results while turn {self._live.turn_id} is open")
+        self._specs.cancel_all()  # drafts were forked before the results
+        ids, _ = self.conversation.tool_prompt_ids(results)
+        self._seq.extend(ids)
+        self.conversation.add_tool_results(results, ids, turn_id=turn_id)
+        self._check_sync()
 
     def undo_exchange(self) -> bool:
         """Remove the last exchange (user message and reply) from the history and the
@@ -341,6 +365,10 @@ class Dialogue:
                 max_new_tokens: int | None = None) -> SamplingParams:
         return reply_params(self._options, self.conversation.renderer,
                             speculative=speculative, max_new_tokens=max_new_tokens)
+
+    @property
+    def _tools_shown(self) -> bool:
+        return bool(shown_tools(self._options.tools, self._options.tool_choice))
 
     def _require(self, turn_id: int) -> LiveTurn:
         if self._live is None or self._live.turn_id != turn_id:

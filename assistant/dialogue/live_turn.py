@@ -19,7 +19,9 @@ from typing import TYPE_CHECKING
 from assistant.dialogue.loop_guard import LoopGuardOptions, repeated_tail
 from assistant.dialogue.reply import ReplyTokens
 from assistant.dialogue.speculation import apply_event, sync_reply
-from assistant.dialogue.types import DialogueOptions, ReplyDelta, TurnClosed
+from assistant.dialogue.types import CallMade, DialogueOptions, ReplyDelta, TurnClosed
+from assistant.tools.calls import ToolCallDetector, Verdict, parse_tool_calls
+from assistant.tools.errors import ToolCallParseError
 from engine.events import FinishReason
 from engine.params import SamplingParams
 
@@ -48,6 +50,15 @@ class LiveTurn:
     finished: bool = False
     """No more reply text will come."""
     finish_reason: str | None = None
+    calls: ToolCallDetector | None = None
+    """With tools: keeps a call's text out of the deltas (they are what is spoken)."""
+    said: bool = False
+    """A given text, not generated (:mod:`~.said`): no user message before it."""
+
+    @property
+    def calling(self) -> bool:
+        """The reply has begun a tool call."""
+        return self.calls is not None and self.calls.verdict is Verdict.TOOL_CALL
 
     @property
     def running(self) -> bool:
@@ -64,8 +75,8 @@ class LiveTurn:
             self.finish_reason = "eos"
         if not len(self.reply):
             return None
-        return ReplyDelta(self.turn_id, self.reply.text, len(self.reply), done=whole,
-                          finish_reason=self.finish_reason)
+        return ReplyDelta(self.turn_id, self._speech(self.reply.text, whole), len(self.reply),
+                          done=whole, finish_reason=self.finish_reason)
 
     def collect(self, backend: LLMBackend, guard: LoopGuardOptions) -> ReplyDelta | None:
         """The reply text the job produced since the last call, and whether it is done
@@ -80,9 +91,16 @@ class LiveTurn:
         elif events and self._stop_if_looping(backend, guard):
             done = True
         if text or done:
-            return ReplyDelta(self.turn_id, text, len(self.reply), done=done,
-                              finish_reason=self.finish_reason)
+            return ReplyDelta(self.turn_id, self._speech(text, done), len(self.reply),
+                              done=done, finish_reason=self.finish_reason)
         return None
+
+    def _speech(self, text: str, done: bool) -> str:
+        """What of the reply's new ``text`` is spoken (all of it, without tools)."""
+        if self.calls is None:
+            return text
+        speech = self.calls.feed(text).speech
+        return speech + self.calls.finish().speech if done else speech
 
     def cancel(self, backend: LLMBackend) -> None:
         """Stop the job if it runs; the reply keeps what it has."""
@@ -114,7 +132,21 @@ class LiveTurn:
         turn = conversation.add_assistant(
             text, self.header_ids, kept_ids, generated_tokens=generated,
             interrupted=interrupted, spoken_ms=spoken_ms, turn_id=self.turn_id)
-        return TurnClosed(self.turn_id, turn, n_keep, generated, self.reply.text, len(seq))
+        calls, error = self._calls_in(text)
+        return TurnClosed(self.turn_id, turn, n_keep, generated, self.reply.text, len(seq),
+                          tool_calls=calls, tool_error=error)
+
+    def _calls_in(self, text: str) -> tuple[tuple[CallMade, ...], str | None]:
+        """The calls the kept reply ``text`` makes (tools enabled)."""
+        if self.calls is None:
+            return (), None
+        try:
+            parsed = parse_tool_calls(text)
+        except ToolCallParseError as exc:
+            _log.warning("turn %d: a tool call that cannot be read: %s", self.turn_id, exc)
+            return (), str(exc)
+        return tuple(CallMade(f"call_{self.turn_id}_{i}", c.name, c.arguments_json)
+                     for i, c in enumerate(parsed.calls)), None
 
     def _on_finished(self) -> None:
         assert self.job is not None and self.job.result is not None

@@ -14,18 +14,21 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
+from assistant.dialogue.end_score import open_user_ids, sentence_end_ids
 from assistant.dialogue.speculation import (
     Speculation,
     apply_event,
     common_prefix_len,
     sync_reply,
 )
-from assistant.dialogue.types import SpeculationDrafted
+from assistant.dialogue.types import EndOfTurnScore, PromptWarmed, SpeculationDrafted
 from assistant.speech.voice import DEFAULT_CLAUSES, ClauseRule, ReplyChunker
 from engine.events import FinishReason
 from engine.params import Priority, SamplingParams
 
 if TYPE_CHECKING:
+    from assistant.dialogue.context_window import ContextWindow
+    from assistant.dialogue.conversation import Conversation
     from assistant.llm.protocol import LLMBackend, LLMJob, LLMSequence
     from engine.events import TokenEvent
 
@@ -43,6 +46,8 @@ class SpeculationPool:
         self._specs: dict[int, Speculation] = {}
         self._dropped: set[int] = set()
         self._drafted: list[SpeculationDrafted] = []
+        self._end_ids: frozenset[int] | None = None
+        """The tokens that end a sentence (for the end-of-turn score), found once."""
 
     def __len__(self) -> int:
         return len(self._specs)
@@ -81,6 +86,36 @@ class SpeculationPool:
             raise
         self._specs[spec_id] = spec
         return p_end
+
+    def speculate(self, spec_id: int, user_text: str, base: LLMSequence,
+                  conversation: Conversation, window: ContextWindow, *, score: bool
+                  ) -> EndOfTurnScore | None:
+        """Draft the reply to ``user_text`` on a fork of ``base`` (the conversation's
+        committed sequence); with ``score``, also P(the user's sentence ends here) (NaN
+        when it cannot be read, e.g. when the turn will trim the context first)."""
+        user_ids, header = conversation.user_prompt_ids(user_text)
+        need = len(base) + len(user_ids) + len(header) + self._max_tokens()
+        if not window.fits(need):
+            # The turn will trim the context first: a draft here cannot be adopted.
+            return EndOfTurnScore(spec_id, float("nan")) if score else None
+        score_ids = open_user_ids(conversation, user_text) if score else ()
+        if score_ids and self._end_ids is None:
+            self._end_ids = sentence_end_ids(conversation.renderer)
+        p_end = self.start(spec_id, user_text, base, user_ids + header, score_ids=score_ids,
+                           end_ids=self._end_ids or ())
+        return EndOfTurnScore(spec_id, p_end) if score and p_end is not None else None
+
+    def warm_user(self, user_text: str, base: LLMSequence, conversation: Conversation,
+                  window: ContextWindow) -> PromptWarmed | None:
+        """Compute the user's open message so far into the cache (see :meth:`warm`);
+        None when it does not fit the context."""
+        ids = open_user_ids(conversation, user_text)
+        if not ids or not window.fits(len(base) + len(ids) + self._max_tokens()):
+            return None
+        return PromptWarmed(user_text, len(ids), self.warm(base, ids))
+
+    def _max_tokens(self) -> int:
+        return self._params().max_new_tokens
 
     def warm(self, base: LLMSequence, ids: Sequence[int]) -> int:
         """Extend a throwaway fork of ``base`` with ``ids``: their K/V stays cached (and

@@ -3,7 +3,9 @@ start reports, and the outputs of its steps (all frozen)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from assistant.dialogue.conversation import Turn
 from assistant.dialogue.loop_guard import LoopGuardOptions
@@ -16,6 +18,7 @@ __all__ = [
     "ReplyDelta",
     "SpeculationDrafted",
     "TurnClosed",
+    "CallMade",
     "PromptWarmed",
     "DialogueOutput",
 ]
@@ -51,6 +54,12 @@ class DialogueOptions:
     """Room kept for the next user message when deciding to trim the context."""
     score_end_of_turn: bool = False
     """Each speculation also reports P(the user's sentence ends here)."""
+    tools: tuple[Mapping[str, Any], ...] = ()
+    """Function tools the model may call, OpenAI chat style (``{"type": "function",
+    "function": {"name", "description", "parameters"}}``); see
+    :mod:`assistant.dialogue.tool_prompt`. A reply that calls one is not spoken."""
+    tool_choice: str = "auto"
+    """``auto``, ``none``, ``required`` or a tool's name."""
 
 
 @dataclass(frozen=True)
@@ -131,6 +140,20 @@ class TurnClosed:
     generated_text: str
     sequence_tokens: int
     """Engine sequence length afterwards (equals the history's token count)."""
+    tool_calls: tuple[CallMade, ...] = ()
+    """The calls the kept reply makes (tools enabled; none once cut before them)."""
+    tool_error: str | None = None
+    """The kept reply opened a call that could not be read (malformed, cut off)."""
+
+
+@dataclass(frozen=True)
+class CallMade:
+    """A tool call a closed reply made."""
+
+    call_id: str
+    name: str
+    arguments: str
+    """The arguments as JSON text."""
 
 
 DialogueOutput = ReplyDelta | SpeculationDrafted

@@ -8,6 +8,8 @@ with the typed public output (:mod:`assistant.loop.output`). Commands:
 
 - :meth:`Conversation.feed` / :meth:`Conversation.run`: input audio frames;
 - :meth:`Conversation.submit_text`: a whole user turn as text;
+- :meth:`Conversation.submit_tool_outputs`: what a client's tools returned, to answer on
+  (local tools, ``ConversationSettings.tools``, run in the loop itself);
 - :meth:`Conversation.interrupt`: stop the reply as a barge-in would;
 - :meth:`Conversation.truncate`: the client heard less of a closed reply than the loop
   assumed (a Realtime ``conversation.item.truncate``);
@@ -21,7 +23,7 @@ decides anything from it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,6 +31,7 @@ from assistant.dialogue.dialogue import Dialogue, DialogueOptions
 from assistant.dialogue.recut import Recut, recut_last_reply
 from assistant.loop.output import OutputCallback
 from assistant.loop.pipeline import Pipeline
+from assistant.loop.tool_worker import LocalTools
 from assistant.loop.types import EntryCallback, PipelineOptions, PipelineResult
 from assistant.speech.listener import Listener
 from assistant.speech.voice import DEFAULT_CLAUSES, ClauseRule
@@ -45,7 +48,8 @@ if TYPE_CHECKING:
     from audio.sinks import Sink
     from audio.vad import VadOptions
 
-__all__ = ["Conversation", "ConversationModels", "ConversationSettings", "SettingsError"]
+__all__ = ["Conversation", "ConversationModels", "ConversationSettings", "SettingsError",
+           "ToolOutput"]
 
 
 class SettingsError(ValueError):
@@ -74,6 +78,20 @@ class ConversationSettings:
     """Where replies are cut into clauses for TTS; fixed for a conversation."""
     pipeline: PipelineOptions = field(default_factory=PipelineOptions)
     """The loop's own scheduling; of these only ``presynthesize`` may change."""
+    tools: LocalTools | None = None
+    """Tools the loop runs itself when a reply calls them (their definitions must be
+    ``dialogue.tools``); None: calls go out on the public output for the adapter to run
+    (the daemon's clients run theirs). Fixed for a conversation."""
+
+
+@dataclass(frozen=True)
+class ToolOutput:
+    """What a tool call gave, for :meth:`Conversation.submit_tool_outputs`."""
+
+    call_id: str
+    name: str
+    output: str
+    """Text for the model (JSON, by convention)."""
 
 
 class ConversationModels(Protocol):
@@ -113,6 +131,8 @@ class Conversation:
         it to record what each reply sent); ``on_output`` gets the public stream,
         ``on_entry`` every diagnostic log entry."""
         template, options = models.template, settings.dialogue
+        if settings.tools is not None and settings.tools.time is not None:
+            settings.tools.time.bind(clock)  # timers run on the conversation's clock
         pipeline = Pipeline(
             host=models.host, dialogue=lambda backend: Dialogue(backend, template, options),
             transcriber=models.transcriber,
@@ -120,7 +140,7 @@ class Conversation:
             turn_manager=TurnManager(settings.turns), listener=Listener(settings.vad, echo),
             clock=clock, sink=sink, asr_options=settings.asr, clauses=settings.clauses,
             options=settings.pipeline, on_entry=on_entry, on_output=on_output, name=name,
-            end_model=models.end_model)
+            end_model=models.end_model, tools=settings.tools)
         return cls(pipeline, settings)
 
     # ------------------------------------------------------------------ state
@@ -141,17 +161,17 @@ class Conversation:
     @property
     def active_turn_id(self) -> int | None:
         """The reply in flight (thinking or speaking), if any."""
-        return self._pipeline.active_turn_id
+        return self._pipeline.tm.active_turn_id
 
     @property
     def paused_turn_id(self) -> int | None:
         """The reply paused by speech over it, its cut undecided, if any."""
-        return self._pipeline.paused_turn_id
+        return self._pipeline.tm.paused_turn_id
 
     @property
     def playing_turn_id(self) -> int | None:
         """The reply that owns the sink (from its start, before any audio), if any."""
-        return self._pipeline.playing_turn_id
+        return self._pipeline.playback.playing_turn_id
 
     @property
     def interruptions_pause(self) -> bool:
@@ -187,7 +207,24 @@ class Conversation:
     def submit_text(self, text: str, *, max_new_tokens: int | None = None) -> int | None:
         """Answer ``text`` as a whole user turn now; its turn id, or None when the floor
         is taken or ``text`` is empty. ``max_new_tokens`` applies to this reply only."""
-        return self._pipeline.submit_text_turn(text, max_new_tokens=max_new_tokens)
+        return self._pipeline.submit_turn(text, max_new_tokens=max_new_tokens)
+
+    def submit_tool_outputs(self, outputs: Sequence[ToolOutput], *, respond: bool = True,
+                            max_new_tokens: int | None = None) -> int | None:
+        """Give the model what the last reply's tool calls returned (a client ran them).
+        ``respond``: answer on them now -- the reply's turn id, or None when the floor
+        is taken (then they are recorded without a reply); else only record them."""
+        results = tuple((o.name, o.output) for o in outputs)
+        if not results:
+            raise ValueError("no tool outputs to submit")
+        if respond:
+            label = "[tool results: " + ", ".join(o.call_id for o in outputs) + "]"
+            turn = self._pipeline.submit_turn(label, max_new_tokens=max_new_tokens,
+                                              tool_results=results)
+            if turn is not None:
+                return turn
+        self._pipeline.dialogue.add_tool_results(None, results)
+        return None
 
     def interrupt(self, turn_id: int, reason: str = "cancelled") -> bool:
         """Stop reply ``turn_id`` now, cut to the words heard; False if it is not the
@@ -209,6 +246,9 @@ class Conversation:
         if settings.asr != old.asr:
             raise SettingsError("asr", "the speech recognition options cannot change "
                                 "during a conversation")
+        if settings.tools != old.tools:
+            raise SettingsError("tools", "the local tools cannot change during a "
+                                "conversation (the tools a client runs can)")
         if settings.clauses != old.clauses:
             raise SettingsError("clauses", "the clause rule cannot change during a "
                                 "conversation")

@@ -62,13 +62,15 @@ class DialogueClient:
         self._session.submit(lambda d: d.cancel_speculation(spec_id), priority="control")
 
     def start_turn(self, turn_id: int, user_text: str, spec_id: int | None, *,
-                   max_new_tokens: int | None = None) -> None:
+                   max_new_tokens: int | None = None,
+                   tool_results: tuple[tuple[str, str], ...] = (), say: str = "") -> None:
         def command(d: Dialogue) -> None:
             if turn_id in self._withdrawn:  # a withdrawal (control) overtook the start
                 if spec_id is not None:
                     d.cancel_speculation(spec_id)
                 return
-            self.post(d.start_turn(turn_id, user_text, spec_id, max_new_tokens=max_new_tokens))
+            self.post(d.start_turn(turn_id, user_text, spec_id, max_new_tokens=max_new_tokens,
+                                   tool_results=tool_results, say=say))
             for out in d.collect():  # a hit's drafted text goes out at once
                 self.post(out)
         self._session.submit(command)
@@ -79,6 +81,11 @@ class DialogueClient:
 
     def finish_turn(self, turn_id: int, spoken_ms: int) -> None:
         self._session.submit(lambda d: d.finish_turn(turn_id, spoken_ms))
+
+    def add_tool_results(self, turn_id: int | None,
+                         results: tuple[tuple[str, str], ...]) -> None:
+        """Record tool results without a reply (the user spoke before they came)."""
+        self._session.submit(lambda d: d.add_tool_results(turn_id, results))
 
     def withdraw_turn(self, turn_id: int) -> None:
         def command(d: Dialogue) -> TurnWithdrawn:

@@ -40,6 +40,9 @@ __all__ = [
     "InterruptionResumedEntry",
     "InterruptionCommittedEntry",
     "ENTRY_TYPES",
+    "ToolCallEntry",
+    "ToolStartedEntry",
+    "ToolFinishedEntry",
 ]
 
 
@@ -232,6 +235,42 @@ class TextTurnEntry(Entry):
 
 
 @dataclass(frozen=True)
+class ToolCallEntry(Entry):
+    """Reply ``turn_id`` calls a tool (logged as the reply closes, before its
+    ``response_done``); ``error``: the call could not be read (no name, no arguments)."""
+
+    type: ClassVar[str] = "tool_call"
+    turn_id: int
+    call_id: str
+    name: str
+    arguments: str
+    """JSON text."""
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class ToolStartedEntry(Entry):
+    """A local tool began running (``tools.enabled``)."""
+
+    type: ClassVar[str] = "tool_started"
+    call_id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class ToolFinishedEntry(Entry):
+    """A local tool's result (``ok`` False: it failed, timed out or was cancelled, and
+    ``output`` says so to the model)."""
+
+    type: ClassVar[str] = "tool_finished"
+    call_id: str
+    name: str
+    ok: bool
+    output: str
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
 class EngineFailedEntry(Entry):
     """The engine thread failed a command or a generation of this conversation."""
 
@@ -328,6 +367,9 @@ ENTRY_TYPES: dict[str, type[Entry]] = {
     for cls in (
         SpeechStartedEntry,
         SpeechStoppedEntry,
+        ToolCallEntry,
+        ToolStartedEntry,
+        ToolFinishedEntry,
         EndOfTurnScoreEntry,
         AudioEndScoreEntry,
         PauseEntry,

@@ -28,6 +28,7 @@ __all__ = [
     "SpeechStarted",
     "SpeechStopped",
     "StateChanged",
+    "ToolCallRequested",
     "TranscriptDelta",
     "TranscriptFinal",
     "public_event",
@@ -97,6 +98,24 @@ class ResponseDone:
 
 
 @dataclass(frozen=True)
+class ToolCallRequested:
+    """Reply ``turn_id`` calls a tool; published before that reply's `ResponseDone`.
+
+    Local tools (``tools.enabled``) run in the loop, which then answers with their
+    results; an adapter whose client runs the tools (the daemon) sends the call and
+    gives the result back with ``Conversation.submit_tool_outputs``."""
+
+    t_ms: int
+    turn_id: int
+    call_id: str
+    name: str
+    arguments: str
+    """JSON text (valid JSON when the backend constrains calls to their schema)."""
+    error: str = ""
+    """The call could not be read (then ``name`` and ``arguments`` are empty)."""
+
+
+@dataclass(frozen=True)
 class ResponseWithdrawn:
     """Reply ``turn_id`` was taken back before any of it played (the user went on)."""
 
@@ -121,8 +140,8 @@ class Failure:
 
 
 ConversationEvent = (SpeechStarted | SpeechStopped | TranscriptDelta | TranscriptFinal
-                     | ResponseStarted | ResponseDone | ResponseWithdrawn | StateChanged
-                     | Failure)
+                     | ResponseStarted | ToolCallRequested | ResponseDone | ResponseWithdrawn
+                     | StateChanged | Failure)
 OutputCallback = Callable[[ConversationEvent], None]
 
 
@@ -144,6 +163,8 @@ _PUBLIC: dict[type, Callable[..., ConversationEvent]] = {
     log.ResponseDoneEntry: lambda e: ResponseDone(e.t_ms, e.turn_id, e.text,
                                                   e.generated_tokens, e.interrupted),
     log.ResponseWithdrawnEntry: lambda e: ResponseWithdrawn(e.t_ms, e.turn_id),
+    log.ToolCallEntry: lambda e: ToolCallRequested(e.t_ms, e.turn_id, e.call_id, e.name,
+                                                   e.arguments, e.error),
     log.EngineFailedEntry: lambda e: Failure(e.t_ms, e.error),
 }
 """Log entry type -> its public event (the other entries are diagnostics only)."""

@@ -42,10 +42,12 @@ from assistant.loop.asr_worker import AsrWorker
 from assistant.loop.engine_client import DialogueClient
 from assistant.loop.metrics import compute_metrics
 from assistant.loop.output import OutputCallback
+from assistant.loop.parts import LoopParts
 from assistant.loop.playback import PlaybackController
 from assistant.loop.publish import Publisher
-from assistant.loop.router import LoopParts, handle_output, poll_playback, run_action
+from assistant.loop.router import handle_output, poll_playback, run_action, start_text_turn
 from assistant.loop.tasks import cancel_and_wait
+from assistant.loop.tool_worker import LocalTools, ToolWorker
 from assistant.loop.tts_worker import TtsWorker
 from assistant.loop.types import EntryCallback, PipelineError, PipelineOptions, PipelineResult
 from assistant.loop.utterances import UtteranceTracker, decode_tail_ms
@@ -64,9 +66,7 @@ from assistant.turns.events import (
     ShortPause,
     SpeechResumed,
     SpeechStarted,
-    StartResponse,
     State,
-    TextTurn,
     TurnAction,
     TurnInput,
     TurnRulesChanged,
@@ -96,12 +96,13 @@ class Pipeline:
                  listener: Listener, clock: Clock, sink: Sink, asr_options: Any,
                  clauses: ClauseRule = DEFAULT_CLAUSES, options: PipelineOptions | None = None,
                  on_entry: EntryCallback | None = None, name: str = "",
-                 end_model: Any = None, on_output: OutputCallback | None = None) -> None:
+                 end_model: Any = None, on_output: OutputCallback | None = None,
+                 tools: LocalTools | None = None) -> None:
         """``dialogue(backend)`` builds the conversation on the engine thread of ``host``;
         ``end_model``: the audio end-of-turn model (`audio.smart_turn.SmartTurn`), asked
         at pauses when the turn manager's options use it. ``on_entry`` gets every event
         log entry (diagnostics); ``on_output`` the public stream (`assistant.loop.output`),
-        which adapters act on."""
+        which adapters act on; ``tools``: the local tools its replies may call."""
         self.options = options if options is not None else PipelineOptions()
         self.tm = turn_manager
         self.listener = listener
@@ -118,6 +119,7 @@ class Pipeline:
         self._gate = host.gate if self.options.pause_priority else None
         self.tts = TtsWorker(synthesizer, post, clauses=clauses,
                              gate=host.gate if self.options.first_clause_priority else None)
+        self.tools = ToolWorker(tools, post, self._emit, self.now_ms)
         self._stages: tuple[Any, ...] = (self.dialogue, self.asr, self.tts)
         self.utterances = UtteranceTracker(self.asr, rate=listener.rate,
                                            quiet_hold_ms=self.options.quiet_hold_ms)
@@ -125,7 +127,8 @@ class Pipeline:
                                            gain_db=self.options.output_gain_db)
         self.parts = LoopParts(
             tm=turn_manager, utterances=self.utterances, playback=self.playback,
-            dialogue=self.dialogue, tts=self.tts, options=self.options, emit=self._emit,
+            dialogue=self.dialogue, tts=self.tts, tools=self.tools, options=self.options,
+            emit=self._emit,
             now_ms=self.now_ms, turn_input=self._turn_input, fail=self._fail,
             asr_tail_ms=self._asr_tail_ms,
             set_pause_limit=lambda ms: self.listener.set_pause_limit(ms))
@@ -142,42 +145,26 @@ class Pipeline:
         return self.tm.state
 
     @property
-    def active_turn_id(self) -> int | None:
-        """The reply in flight (thinking or speaking), if any."""
-        return self.tm.active_turn_id
-
-    @property
-    def paused_turn_id(self) -> int | None:
-        """The reply paused by speech over it, its cut undecided (tentative), if any."""
-        return self.tm.paused_turn_id
-
-    @property
     def interruptions_pause(self) -> bool:
         """Speech over a reply pauses it until its words decide (tentative
         interruptions), rather than cutting it at once."""
         return self.tm.options.interruption.mode == "tentative"
 
-    @property
-    def playing_turn_id(self) -> int | None:
-        """The reply that owns the sink (from its start, before any audio), if any."""
-        return self.playback.playing_turn_id
-
     def now_ms(self) -> int:
         return self.clock.now_samples() * 1000 // self.clock.sample_rate
 
-    def submit_text_turn(self, text: str, *, max_new_tokens: int | None = None) -> int | None:
-        """Answer ``text`` as a whole user turn, now; returns its turn id, or None when
-        the floor is taken (someone speaking or a reply in flight) or ``text`` is empty.
-        ``max_new_tokens`` applies to this reply only."""
+    def submit_turn(self, text: str, *, max_new_tokens: int | None = None,
+                    tool_results: tuple[tuple[str, str], ...] = (),
+                    say: bool = False) -> int | None:
+        """Answer ``text`` as a whole user turn (or, with ``tool_results``, the results
+        ``(name, output)`` of the last reply's calls, ``text`` labelling them; with
+        ``say``, the assistant says ``text`` itself), now; returns its turn id, or None
+        when the floor is taken (someone speaking or a reply in flight) or ``text`` is
+        empty. ``max_new_tokens``: this reply only."""
         now = self.now_ms()
-        turn_id = self.tm.next_turn_id
-        self.parts.response_tokens.pop(turn_id, None)
-        if max_new_tokens is not None:
-            self.parts.response_tokens[turn_id] = max_new_tokens
-        actions = self._turn_input(TextTurn(now, text))
-        start = next((a for a in actions if isinstance(a, StartResponse)), None)
+        start = start_text_turn(self.parts, text, tool_results=tool_results,
+                                said=text if say else "", max_new_tokens=max_new_tokens)
         if start is None:
-            self.parts.response_tokens.pop(turn_id, None)
             return None
         self._emit(log.TextTurnEntry(now, start.turn_id, start.user_text))
         return start.turn_id
@@ -241,6 +228,7 @@ class Pipeline:
             else:
                 self._turn_input(out)
         self._poll_playback()
+        self.tools.poll_timers(self.tm.state is State.LISTENING)
         if self.options.virtual:
             await self.settle()
 
@@ -263,7 +251,8 @@ class Pipeline:
     async def settle(self) -> None:
         """Wait until no worker has work and every output was handled."""
         while True:
-            await asyncio.gather(*(asyncio.wrap_future(w.idle()) for w in self._stages))
+            await asyncio.gather(*(asyncio.wrap_future(w.idle())
+                                   for w in (*self._stages, self.tools)))
             if self._inbox.empty():
                 self._raise_failure()
                 return
@@ -301,6 +290,7 @@ class Pipeline:
         if self._consumer is not None:
             await cancel_and_wait(self._consumer, logger=_log, what="pipeline inbox")
         self.sink.stop()
+        self.tools.close()
         if self._gate is not None:
             self._gate.set_held(self, False)
         for stage in self._stages:
@@ -377,6 +367,7 @@ class Pipeline:
             self.utterances.voice_frame(event.voiced, event.duration_ms)
         elif isinstance(event, SpeechStarted):
             self._emit(log.SpeechStartedEntry(event.t_ms))
+            self.tools.cancel("the user spoke")
         elif isinstance(event, ShortPause):
             self._emit(log.PauseEntry(event.t_ms, self.listener.ms(
                 self.listener.pause_start_sample)))

@@ -1,11 +1,7 @@
 """Where the loop's events go: two tables, from worker outputs and from turn-manager
 actions to the function that handles each, over the parts of one pipeline.
 
-:class:`LoopParts` is what a handler may touch: the turn manager, the utterance
-tracker (ASR), the playback controller (sink), the dialogue client (engine thread),
-the TTS worker, the event log, and the few facts that outlive one event (speculated
-texts, pre-synthesised clauses, per-response token limits, the last end of turn).
-Handlers run on the event loop; actions run synchronously in the frame that caused
+:class:`~assistant.loop.parts.LoopParts` is what a handler may touch. Handlers run on the event loop; actions run synchronously in the frame that caused
 them (a barge-in stops the sink before anything else happens).
 """
 
@@ -13,7 +9,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from assistant.dialogue.types import (
@@ -27,11 +22,11 @@ from assistant.dialogue.types import (
 from assistant.llm.host import EngineFailed
 from assistant.loop import event_log as log
 from assistant.loop.asr_worker import AsrAudioScore, AsrFinal, AsrPartial, AsrPreview
-from assistant.loop.engine_client import DialogueClient, TurnWithdrawn
-from assistant.loop.playback import PlaybackController
-from assistant.loop.tts_worker import Presynthesized, SpeechChunk, SpeechDone, TtsWorker
-from assistant.loop.types import PipelineError, PipelineOptions
-from assistant.loop.utterances import UtteranceTracker
+from assistant.loop.engine_client import TurnWithdrawn
+from assistant.loop.parts import LoopParts
+from assistant.loop.tool_worker import SayText, ToolsDone
+from assistant.loop.tts_worker import Presynthesized, SpeechChunk, SpeechDone
+from assistant.loop.types import PipelineError
 from assistant.loop.workers import WorkerFailed
 from assistant.turns.events import (
     AudioCompleteness,
@@ -56,40 +51,14 @@ from assistant.turns.events import (
     StartSpeculation,
     State,
     StateChanged,
+    TextTurn,
     TurnAction,
     TurnCompleteness,
     TurnInput,
 )
-from assistant.turns.turn_manager import TurnManager
 from audio.word_timing import heard_position
 
-__all__ = ["LoopParts", "handle_output", "run_action", "poll_playback"]
-
-
-@dataclass
-class LoopParts:
-    """The parts of one pipeline, as its handlers see them (see the module docstring)."""
-
-    tm: TurnManager
-    utterances: UtteranceTracker
-    playback: PlaybackController
-    dialogue: DialogueClient
-    tts: TtsWorker
-    options: PipelineOptions
-    emit: Callable[[log.Entry], None]
-    now_ms: Callable[[], int]
-    turn_input: Callable[[TurnInput], list[TurnAction]]
-    """Feed the turn manager (and carry out its actions); returns them."""
-    fail: Callable[[BaseException], None]
-    """The conversation cannot go on: raise this at the next frame."""
-    asr_tail_ms: Callable[[], int]
-    """Silence after the speech that preview and final decodes include."""
-    set_pause_limit: Callable[[int], None]
-    """End the user's turn after this much silence in the current pause (the VAD)."""
-    spec_texts: dict[int, str] = field(default_factory=dict)
-    response_tokens: dict[int, int] = field(default_factory=dict)
-    """Per-response ``max_new_tokens`` by turn id (that response only)."""
-    last_end: EndOfTurn | None = None
+__all__ = ["handle_output", "run_action", "poll_playback", "start_text_turn"]
 
 
 def handle_output(parts: LoopParts, item: Any) -> None:
@@ -222,8 +191,52 @@ def _turn_closed(p: LoopParts, closed: TurnClosed) -> None:
         p.emit(log.TruncatedEntry(now, closed.turn_id, closed.generated_text, turn.text,
                                   closed.kept_tokens, closed.generated_tokens, turn.spoken_ms,
                                   closed.sequence_tokens))
+    for call in closed.tool_calls:
+        p.emit(log.ToolCallEntry(now, closed.turn_id, call.call_id, call.name, call.arguments))
+    if closed.tool_error is not None:
+        p.emit(log.ToolCallEntry(now, closed.turn_id, f"call_{closed.turn_id}_invalid", "", "",
+                                 closed.tool_error))
     p.emit(log.ResponseDoneEntry(now, closed.turn_id, turn.text, closed.generated_tokens,
                                  turn.interrupted, turn.spoken_ms))
+    p.tools.turn_closed(closed.turn_id, closed.tool_calls, closed.tool_error, turn.interrupted)
+
+
+def start_text_turn(p: LoopParts, text: str, *, tool_results: tuple[tuple[str, str], ...] = (),
+                    said: str = "", max_new_tokens: int | None = None) -> StartResponse | None:
+    """A whole turn given as ``text`` (user words; or tool results it labels; or, with
+    ``said``, the assistant's own words), started now if nobody holds the floor."""
+    turn_id = p.tm.next_turn_id
+    p.forget(turn_id)
+    if max_new_tokens is not None:
+        p.response_tokens[turn_id] = max_new_tokens
+    if tool_results:
+        p.tool_results[turn_id] = tool_results
+    if said:
+        p.said[turn_id] = said
+    actions = p.turn_input(TextTurn(p.now_ms(), text))
+    start = next((a for a in actions if isinstance(a, StartResponse)), None)
+    if start is None:
+        p.forget(turn_id)
+    return start
+
+
+def _tools_done(p: LoopParts, item: ToolsDone) -> None:
+    """Answer on the results; while our filler plays, once it ends; if the user holds
+    the floor now, record them without a reply."""
+    if item.respond:
+        label = "[tool results: " + ", ".join(name for name, _ in item.results) + "]"
+        if start_text_turn(p, label, tool_results=item.results) is not None:
+            return
+        if p.tools.filler_turn is not None:
+            p.tools.defer(item)
+            return
+    p.dialogue.add_tool_results(None, item.results)
+
+
+def _say(p: LoopParts, item: SayText) -> None:
+    start = start_text_turn(p, item.text, said=item.text)
+    if start is not None and item.filler:
+        p.tools.said(start.turn_id)
 
 
 def _turn_withdrawn(p: LoopParts, item: TurnWithdrawn) -> None:
@@ -239,6 +252,8 @@ _OUTPUTS: dict[type, Callable[[LoopParts, Any], None]] = {
     AsrFinal: _asr_final,
     TurnStart: _turn_start,
     ReplyDelta: _reply_delta,
+    ToolsDone: _tools_done,
+    SayText: _say,
     SpeculationDrafted: _drafted,
     EndOfTurnScore: _end_score,
     PromptWarmed: _warmed,
@@ -309,8 +324,12 @@ def _start_response(p: LoopParts, action: StartResponse, cause: TurnInput) -> No
     endpoint = p.last_end.t_ms if p.last_end is not None else now
     p.playback.start(action.turn_id, speech_end_ms=action.speech_end_ms, endpoint_ms=endpoint)
     p.tts.begin(action.turn_id, action.spec_id)
+    said = p.said.pop(action.turn_id, "")
+    if action.turn_id not in p.tool_results and not said:
+        p.tools.user_turn()
     p.dialogue.start_turn(action.turn_id, action.user_text, action.spec_id,
-                          max_new_tokens=p.response_tokens.pop(action.turn_id, None))
+                          max_new_tokens=p.response_tokens.pop(action.turn_id, None),
+                          tool_results=p.tool_results.pop(action.turn_id, ()), say=said)
 
 
 def _pause_reply(p: LoopParts, action: PauseReply, cause: TurnInput) -> None:

@@ -21,6 +21,7 @@ from assistant.dialogue.dialogue import DialogueOptions
 from assistant.dialogue.loop_guard import LoopGuardOptions
 from assistant.loop.conversation import Conversation, ConversationSettings
 from assistant.loop.output import OutputCallback
+from assistant.loop.tool_worker import LocalTools, LoopTime
 from assistant.loop.types import EntryCallback, PipelineOptions
 from assistant.speech.voice import ClauseRule
 from assistant.turns.end_of_turn import EndOfTurnOptions
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from engine.detokenize import TokenizerLike
 
 __all__ = ["LiveAudio", "LoopModels", "load_models", "load_llm", "vllm_options",
-           "conversation_settings", "open_conversation", "vad_options",
+           "conversation_settings", "open_conversation", "local_tools", "vad_options",
            "echo_options", "dialogue_options", "turn_options", "open_live_audio"]
 
 
@@ -292,10 +293,30 @@ def conversation_settings(cfg: AppConfig,
     opts = dataclasses.replace(pipeline_options or PipelineOptions(),
                                first_clause_priority=cfg.tts.first_clause_priority,
                                pause_priority=cfg.turns.pause_priority)
+    tools = local_tools(cfg)
+    dialogue = dialogue_options(cfg)
+    if tools is not None:
+        dialogue = dataclasses.replace(dialogue, tools=tuple(tools.registry.specs_for_template()))
     return ConversationSettings(
-        dialogue=dialogue_options(cfg), turns=turn_options(cfg), vad=vad_options(cfg),
+        dialogue=dialogue, turns=turn_options(cfg), vad=vad_options(cfg),
         asr=StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms),
-        clauses=clause_rule(cfg), pipeline=opts)
+        clauses=clause_rule(cfg), pipeline=opts, tools=tools)
+
+
+def local_tools(cfg: AppConfig) -> LocalTools | None:
+    """A new conversation's tools (``tools.enabled``; None: none), each conversation
+    with its own timers."""
+    from assistant.tools.loading import build_registry
+    from assistant.tools.options import ToolOptions
+    from assistant.tools.timers import TimerService
+
+    t = cfg.tools
+    if not t.enabled:
+        return None
+    time = LoopTime()
+    timers = TimerService(time)
+    registry = build_registry(t.enabled, speculative_ok=t.speculative_ok, timers=timers)
+    return LocalTools(registry, ToolOptions(**t.model_dump()), timers, time)
 
 
 def open_conversation(models: LoopModels, cfg: AppConfig, *, clock: Clock, sink: Sink,

@@ -29,6 +29,7 @@ __all__ = [
     "ToolCallDetector",
     "Verdict",
     "assistant_message",
+    "is_speech",
     "parse_tool_calls",
 ]
 
@@ -184,6 +185,13 @@ class ToolCallDetector:
                 return Verdict.UNDECIDED
             return Verdict.TOOL_CALL if opens else Verdict.SPEECH
         return Verdict.SPEECH
+
+
+def is_speech(text: str) -> bool:
+    """Whether a finished piece of reply ``text`` is only speech (no call in it)."""
+    detector = ToolCallDetector()
+    detector.feed(text)
+    return detector.finish().verdict is Verdict.SPEECH
 
 
 def _opens_json_call(head: str) -> bool | None:

@@ -1,0 +1,52 @@
+"""A scripted model that calls tools, for the loop's tool tests (no weights).
+
+It answers the last message before the assistant header: a user message through
+``reply(role, text)``; a tool result likewise (role ``tool``), so a test scripts both
+the call and the answer that uses the result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from engine.chat_template import ChatTemplate
+from tests.engine.fake_runner import ByteTokenizer, make_engine
+from tests.replay.fakes import END, START, chatml
+
+Reply = Callable[[str, str], str]
+"""(role of the last message, its content) -> the reply's text."""
+
+
+def call_text(name: str, **arguments: Any) -> str:
+    """A Hermes-style call, as Qwen2.5 writes one."""
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+def tool_engine(reply: Reply) -> tuple[Any, ChatTemplate]:
+    tok = ByteTokenizer(merges=["assistant", "user"], specials=[START, END])
+    start_id, end_id = tok.special_ids[START], tok.special_ids[END]
+    header = [start_id, *tok.encode("assistant\n")]
+
+    def next_token(ctx: tuple[int, ...]) -> int | None:
+        for i in range(len(ctx) - len(header), -1, -1):
+            if list(ctx[i:i + len(header)]) == header:
+                break
+        else:
+            return None
+        # The message before the header (a run of tool results: the last of them).
+        j = max((k for k in range(i) if ctx[k] == start_id), default=-1)
+        if j < 0:
+            return end_id
+        role, _, content = tok.decode(list(ctx[j + 1:i])).partition("\n")
+        content = content.replace(END, "").strip()
+        target = tok.encode(reply(role.strip(), content))
+        done = list(ctx[i + len(header):])
+        if done == target[:len(done)] and len(done) < len(target):
+            return target[len(done)]
+        return end_id
+
+    engine, _ = make_engine(page_size=8, num_pages=1024, vocab_size=tok.vocab_size,
+                            eos_token_ids=(end_id,), next_token=next_token, tokenizer=tok)
+    return engine, ChatTemplate(tok, render=chatml)
