@@ -13,6 +13,9 @@ error raised to the caller, and the conversation goes on.
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import json
 import logging
 import queue
 import time
@@ -23,6 +26,9 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from assistant.dialogue.dialogue import Dialogue
 from assistant.dialogue.types import DialogueError, ReplyDelta, TurnClosed, TurnStart
 from assistant.llm.host import EngineFailed, EngineHost, HostSession, Priority
+from assistant.loop.tool_worker import MAX_ROUNDS, LocalTools
+from assistant.tools.errors import UnknownToolError
+from assistant.tools.runner import ToolResult, run_tool
 
 if TYPE_CHECKING:
     from assistant.dialogue.types import DialogueOptions
@@ -89,14 +95,17 @@ class _Snapshot:
 class ChatSession:
     """One conversation on the engine thread, driven from the caller's thread (see the
     module docstring). ``host``: an engine host over ``backend`` to open the session on
-    (kept open on exit); without one the session runs its own and closes it on exit."""
+    (kept open on exit); without one the session runs its own and closes it on exit.
+    ``tools``: local tools the replies may call (their definitions in ``options.tools``),
+    run on the caller's thread."""
 
     def __init__(self, backend: LLMBackend, template: ChatTemplate, options: DialogueOptions,
                  *, clock: Callable[[], float] = time.perf_counter,
-                 host: EngineHost | None = None) -> None:
+                 host: EngineHost | None = None, tools: LocalTools | None = None) -> None:
         if host is not None and host.backend is not backend:
             raise ValueError("the engine host must own the chat's backend")
         self.options = options
+        self._tools = tools
         self.turns: list[TurnRecord] = []
         self._own_host = host is None
         self.host = EngineHost(backend, name="chat") if host is None else host
@@ -150,17 +159,40 @@ class ChatSession:
 
     def say(self, text: str, out: TextIO, *, kind: str = "turn") -> TurnRecord:
         """Add a user message, stream the reply to `out`. On any failure the turn is
-        withdrawn (the conversation stays as it was) and the error raised."""
+        withdrawn (the conversation stays as it was) and the error raised. A reply that
+        calls tools (``tools``) is followed by their results and the reply to them."""
         for event in self._drain():
             self._stale(event)
+        started_at = self._clock()
+        started, closed = self._turn(lambda d, turn_id: d.start_turn(turn_id, text, None), out)
+        if closed.hidden_turns > started.hidden_turns:
+            _log.info("the oldest %d turns left the model's context",
+                      closed.hidden_turns - started.hidden_turns)
+        generated = closed.closed.generated_tokens
+        for _ in range(MAX_ROUNDS):
+            results = self._run_tools(closed.closed, out)
+            if not results:
+                break
+            label = "[tool results: " + ", ".join(name for name, _ in results) + "]"
+            _, closed = self._turn(functools.partial(_answer_results, label=label,
+                                                     results=results), out)
+            generated += closed.closed.generated_tokens
+        record = TurnRecord(started.start.prompt_tokens_computed,
+                            started.start.prompt_tokens_reused, generated,
+                            self._clock() - started_at, kind)
+        self.turns.append(record)
+        return record
+
+    def _turn(self, start_turn: Callable[[Dialogue, int], TurnStart], out: TextIO
+              ) -> tuple[_Started, _Closed]:
+        """One reply: started by ``start_turn(dialogue, turn_id)``, streamed, closed."""
         self._turn_id += 1
         turn_id = self._turn_id
-        started_at = self._clock()
 
         def start(d: Dialogue) -> _Started | _Refused:
             hidden = d.conversation.hidden_turns
             try:
-                return _Started(d.start_turn(turn_id, text, None), hidden)
+                return _Started(start_turn(d, turn_id), hidden)
             except DialogueError as exc:  # the turn cannot be (a message too long)
                 return _Refused(exc)
 
@@ -171,20 +203,38 @@ class ChatSession:
             self._session.submit(start)
             started = self._expect(_Started)
             self._stream(turn_id, out)
-            out.write("\n")
             self._session.submit(finish)
             closed = self._expect(_Closed)
         except BaseException:
             self._withdraw(turn_id)
             raise
-        if closed.hidden_turns > started.hidden_turns:
-            _log.info("the oldest %d turns left the model's context",
-                      closed.hidden_turns - started.hidden_turns)
-        record = TurnRecord(started.start.prompt_tokens_computed,
-                            started.start.prompt_tokens_reused,
-                            closed.closed.generated_tokens, self._clock() - started_at, kind)
-        self.turns.append(record)
-        return record
+        if self._tools is None or not closed.closed.tool_calls:
+            out.write("\n")
+        return started, closed
+
+    def _run_tools(self, closed: TurnClosed, out: TextIO) -> tuple[tuple[str, str], ...]:
+        """Run the calls ``closed`` made (none without local tools); their results."""
+        tools = self._tools
+        if tools is None or closed.turn.interrupted or not (closed.tool_calls
+                                                            or closed.tool_error):
+            return ()
+        if closed.tool_error is not None:
+            return (("", json.dumps({"error": "the tool call could not be read: "
+                                     + closed.tool_error})),)
+        results = []
+        for call in closed.tool_calls:
+            out.write(f"[{call.name}({call.arguments})] ")
+            out.flush()
+            try:
+                spec = tools.registry.get(call.name)
+            except UnknownToolError as exc:
+                result = ToolResult.failure(call.name, str(exc))
+            else:
+                result = asyncio.run(run_tool(spec, call.arguments,
+                                              timeout_s=tools.options.timeout_s))
+            out.write(f"-> {result.output}\n")
+            results.append((call.name, result.output))
+        return tuple(results)
 
     def settle(self) -> None:
         """Wait for this conversation's background work (a context window being
@@ -286,3 +336,8 @@ class ChatSession:
         """Something posted outside a turn: a failure there was background work's."""
         if isinstance(event, EngineFailed):
             _log.info("background work dropped: %s", event.error)
+
+
+def _answer_results(d: Dialogue, turn_id: int, *, label: str,
+                    results: tuple[tuple[str, str], ...]) -> TurnStart:
+    return d.start_turn(turn_id, label, None, tool_results=results)
