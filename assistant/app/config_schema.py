@@ -334,6 +334,12 @@ class ToolsConfig(_Section):
     """A tool call still running after this long, in ms, gets one short spoken filler."""
     filler_text: str = "One moment."
     """The filler said while a slow tool runs ("": none)."""
+    choice: str = "auto"
+    """``auto`` (the model decides whether to call a tool), ``none`` (no tools shown),
+    ``required`` (every reply to the user is a call, decoded under the tools' JSON
+    schemas: valid by construction; the reply to a tool's result is free) or a tool's
+    name (that tool, likewise). Small models (the default SmolLM2-135M) seldom choose a
+    tool by themselves: ``required`` makes one that is always wanted reliable."""
     speculative_ok: tuple[str, ...] = ("get_time", "calculator")
     """Tools that may run while the reply is still a speculative draft, by name: only
     read-only tools (a tool not listed waits until the user's turn is committed)."""

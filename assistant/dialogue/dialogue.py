@@ -24,7 +24,7 @@ from assistant.dialogue.live_turn import LiveTurn, reply_params
 from assistant.dialogue.prompt_in import put_prompt
 from assistant.dialogue.said import open_said_turn
 from assistant.dialogue.speculation_pool import SpeculationPool
-from assistant.dialogue.tool_prompt import retool, shown_tools, with_tools
+from assistant.dialogue.tool_prompt import forced_call_schema, retool, shown_tools, with_tools
 from assistant.dialogue.types import (
     DialogueError,
     DialogueOptions,
@@ -210,7 +210,11 @@ class Dialogue:
         user_ids, header = (self.conversation.tool_prompt_ids(tool_results) if tool_results
                             else self.conversation.user_prompt_ids(user_text))
         prompt = user_ids + header
-        spec = None if tool_results else self._specs.take(spec_id)
+        # A required call is decoded under its schema from its first token: no draft
+        # (generated free) is adopted into it.
+        schema = None if tool_results else forced_call_schema(self._options.tools,
+                                                               self._options.tool_choice)
+        spec = None if tool_results or schema else self._specs.take(spec_id)
         self._specs.cancel_all()
         base = len(self._seq)
         put = put_prompt(self._seq, prompt, spec)
@@ -232,8 +236,9 @@ class Dialogue:
                 room = (self._window.limit - len(self._seq)
                         - len(self.conversation.closing_ids(interrupted=True)))
                 remaining = max(1, min(remaining, room))
-            live.job = self.backend.enqueue(self._seq, self._params(max_new_tokens=remaining),
-                                            priority=Priority.LIVE)
+            live.job = self.backend.enqueue(
+                self._seq, self._params(max_new_tokens=remaining, json_schema=schema),
+                priority=Priority.LIVE)
         return TurnStart(
             turn_id=turn_id, user_text=user_text, prompt_tokens=len(prompt),
             prompt_tokens_computed=put.computed, prompt_tokens_reused=put.reused,
@@ -361,10 +366,10 @@ class Dialogue:
 
     # ------------------------------------------------------------------ internals
 
-    def _params(self, *, speculative: bool = False,
-                max_new_tokens: int | None = None) -> SamplingParams:
-        return reply_params(self._options, self.conversation.renderer,
-                            speculative=speculative, max_new_tokens=max_new_tokens)
+    def _params(self, *, speculative: bool = False, max_new_tokens: int | None = None,
+                 json_schema: str | None = None) -> SamplingParams:
+        return reply_params(self._options, self.conversation.renderer, speculative=speculative,
+                            max_new_tokens=max_new_tokens, json_schema=json_schema)
 
     @property
     def _tools_shown(self) -> bool:

@@ -169,8 +169,8 @@ class LiveTurn:
 
 
 def reply_params(options: DialogueOptions, renderer: TurnRenderer, *,
-                 speculative: bool = False, max_new_tokens: int | None = None
-                 ) -> SamplingParams:
+                 speculative: bool = False, max_new_tokens: int | None = None,
+                 json_schema: str | None = None) -> SamplingParams:
     """How a reply is sampled under ``options``: a live one (``max_new_tokens``
     overriding the option), or a speculative draft."""
     o = options
@@ -180,7 +180,7 @@ def reply_params(options: DialogueOptions, renderer: TurnRenderer, *,
                         else max_new_tokens or o.max_new_tokens),
         temperature=o.temperature, top_p=o.top_p, top_k=o.top_k, seed=o.seed, stop=o.stop,
         stop_token_ids=stop_ids, repetition_penalty=o.repetition_penalty,
-        repetition_window=o.repetition_window,
+        repetition_window=o.repetition_window, json_schema=json_schema,
         # A draft leaves its turn open: the live reply may continue it. A live reply
         # too: its end-of-turn ids are added when the turn is closed (after playback),
         # so the step that samples the stop token does not also prefill them -- that

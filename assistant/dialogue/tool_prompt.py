@@ -10,8 +10,9 @@ loop's plumbing is the same.
 
 ``tool_choice``: ``auto`` (the model decides), ``none`` (no tools shown: the model can
 only speak), ``required`` (it must call one) or a tool's name (it must call that one).
-The last two are told in the prompt here and enforced when the backend constrains the
-call's JSON (see :func:`call_schema`).
+The last two are told in the prompt here and enforced by decoding the reply to the user
+under the call's JSON schema (:func:`forced_call_schema`); the reply to the tools'
+results is free (else a required call would follow every result, for ever).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from assistant.dialogue.conversation import Conversation, Turn
 
-__all__ = ["DEFAULT_TOOL_SYSTEM_PROMPT", "call_schema", "retool", "shown_tools",
+__all__ = ["DEFAULT_TOOL_SYSTEM_PROMPT", "forced_call_schema", "retool", "shown_tools",
            "tools_prompt", "with_tools"]
 
 DEFAULT_TOOL_SYSTEM_PROMPT = "You are a helpful voice assistant."
@@ -83,21 +84,24 @@ def tools_prompt(tools: Sequence[Mapping[str, Any]], tool_choice: str = "auto") 
     return "\n".join(lines) + _choice_line(tool_choice)
 
 
-def call_schema(tools: Sequence[Mapping[str, Any]], tool_choice: str = "auto"
-                ) -> dict[str, Any] | None:
-    """The JSON schema a call's object must match under ``tool_choice``: one of the
-    shown tools' ``{"name": <const>, "arguments": <its parameters>}`` (None: no tools)."""
+def forced_call_schema(tools: Sequence[Mapping[str, Any]], tool_choice: str) -> str | None:
+    """The JSON schema (as JSON text) a reply to the user must match when ``tool_choice``
+    requires a call (``required``: one of the tools; a name: that one), else None. The
+    backend then decodes the call under it (`SamplingParams.json_schema`): its arguments
+    are valid by construction, and the reply is the call as a JSON object."""
+    if tool_choice in ("auto", "none"):
+        return None
     shown = shown_tools(tools, tool_choice)
     if not shown:
         return None
-    options = []
+    from engine.grammar import tool_call_schema
+
+    by_name = {}
     for tool in shown:
         fn = tool.get("function", tool)
-        params = dict(fn.get("parameters") or {"type": "object", "properties": {}})
-        options.append({"type": "object", "additionalProperties": False,
-                        "required": ["name", "arguments"],
-                        "properties": {"name": {"const": fn["name"]}, "arguments": params}})
-    return options[0] if len(options) == 1 else {"anyOf": options}
+        by_name[str(fn["name"])] = fn.get("parameters") or {"type": "object",
+                                                            "properties": {}}
+    return json.dumps(tool_call_schema(by_name))
 
 
 def _choice_line(tool_choice: str) -> str:

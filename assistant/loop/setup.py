@@ -296,7 +296,8 @@ def conversation_settings(cfg: AppConfig,
     tools = local_tools(cfg)
     dialogue = dialogue_options(cfg)
     if tools is not None:
-        dialogue = dataclasses.replace(dialogue, tools=tuple(tools.registry.specs_for_template()))
+        dialogue = dataclasses.replace(dialogue, tools=tuple(tools.registry.specs_for_template()),
+                                       tool_choice=cfg.tools.choice)
     return ConversationSettings(
         dialogue=dialogue, turns=turn_options(cfg), vad=vad_options(cfg),
         asr=StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms),
@@ -316,6 +317,11 @@ def local_tools(cfg: AppConfig) -> LocalTools | None:
     time = LoopTime()
     timers = TimerService(time)
     registry = build_registry(t.enabled, speculative_ok=t.speculative_ok, timers=timers)
+    if t.choice not in ("auto", "none", "required", *registry.names):
+        from assistant.app.errors import ConfigError
+
+        raise ConfigError(f"tools.choice: {t.choice!r} is not auto, none, required or an "
+                          f"enabled tool ({', '.join(registry.names)})")
     return LocalTools(registry, ToolOptions(**t.model_dump()), timers, time)
 
 

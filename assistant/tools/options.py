@@ -21,6 +21,8 @@ class ToolOptions:
     """A call still running after this long, in ms, gets one short spoken filler."""
     filler_text: str = "One moment."
     """The filler ("": none)."""
+    choice: str = "auto"
+    """``auto``, ``none``, ``required`` or a tool's name (see the config's ``tools.choice``)."""
     speculative_ok: tuple[str, ...] = ("get_time", "calculator")
     """Tools that may run during a speculative draft, by name (read-only tools only)."""
 

@@ -140,3 +140,24 @@ def test_only_the_conversation_builds_a_pipeline() -> None:
                     and node.func.id == "Pipeline"):
                 builders.append(path.relative_to(ROOT).as_posix())
     assert builders == ["assistant/loop/conversation.py"]
+
+
+def test_the_config_s_tools_reach_the_conversation_settings() -> None:
+    from assistant.app.config import load_config
+    from assistant.app.errors import ConfigError
+    from assistant.loop.setup import conversation_settings
+
+    def config(**overrides: object) -> Any:
+        return load_config(ROOT / "config.yaml", env={}, overrides=overrides)
+
+    assert conversation_settings(config()).tools is None  # off unless configured
+    s = conversation_settings(config(**{"tools.enabled": ["builtin:get_time",
+                                                          "builtin:set_timer"],
+                                        "tools.choice": "get_time"}))
+    assert s.tools is not None and s.tools.registry.names == ("get_time", "set_timer")
+    assert [t["function"]["name"] for t in s.dialogue.tools] == ["get_time", "set_timer"]
+    assert s.dialogue.tool_choice == "get_time"
+    assert s.tools.timers is not None  # set_timer's, on the conversation's clock
+    with pytest.raises(ConfigError, match="tools.choice"):
+        conversation_settings(config(**{"tools.enabled": ["builtin:get_time"],
+                                        "tools.choice": "calculator"}))

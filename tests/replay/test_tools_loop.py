@@ -86,16 +86,16 @@ async def _run(reply: Reply, tools: LocalTools | None, tmp: Path, *, text: str =
                frames: Callable[[VirtualClock], AsyncIterator[AudioChunk]] | None = None,
                definitions: tuple[dict[str, Any], ...] | None = None,
                on_output: Callable[[Pipeline, out.ConversationEvent], None] | None = None,
-               clock: VirtualClock | None = None) -> Run:
+               clock: VirtualClock | None = None, tool_choice: str = "auto") -> Run:
     clock = clock or VirtualClock(RATE)
     synth = ToneSynthesizer()
     sink = WavSink(tmp / "heard.wav", clock, RATE)
-    engine, template = tool_engine(reply)
+    engine, template = tool_engine(reply, constrained=tool_choice != "auto")
     host = EngineHost(LocalBackend(engine))
     defs = definitions if definitions is not None else (
         tuple(tools.registry.specs_for_template()) if tools else ())
     options = DialogueOptions(system_prompt="Be brief.", max_new_tokens=200, clauses=CLAUSES,
-                              tools=defs)
+                              tools=defs, tool_choice=tool_choice)
     outputs: list[out.ConversationEvent] = []
     holder: list[Pipeline] = []
 
@@ -353,6 +353,24 @@ def test_a_client_tool_goes_out_and_its_output_is_answered(tmp_path: Path) -> No
             on_output=on_output)
     assert r.roles == ["system", "user", "assistant", "tool", "assistant"]
     assert r.history[-1]["content"] == "It is 21 degrees."
+    assert r.in_sync
+
+
+def test_a_required_call_is_decoded_under_its_schema(tmp_path: Path) -> None:
+    """tool_choice required: the model would rather speak, but its reply to the user is
+    decoded under the call's JSON schema, so it is a valid call; the reply to the
+    result is free."""
+    def reply(role: str, content: str) -> str:
+        if role == "tool":
+            return f"It is {json.loads(content)['time']} now."
+        return "Hello there, nice to meet you."
+
+    r = run(reply, _tools(get_time), tmp_path, text="Hi!", tool_choice="required")
+    assert r.roles == ["system", "user", "assistant", "tool", "assistant"]
+    assert json.loads(r.history[2]["content"]) == {"name": "get_time", "arguments": {}}
+    assert [e.name for e in r.of(log.ToolStartedEntry)] == ["get_time"]
+    assert r.history[-1]["content"] == "It is 12:00 now."
+    assert not any("Hello" in span or "get_time" in span for span in r.synth.spans)
     assert r.in_sync
 
 

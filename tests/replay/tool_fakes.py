@@ -24,7 +24,9 @@ def call_text(name: str, **arguments: Any) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
 
 
-def tool_engine(reply: Reply) -> tuple[Any, ChatTemplate]:
+def tool_engine(reply: Reply, *, constrained: bool = False) -> tuple[Any, ChatTemplate]:
+    """The scripted engine; ``constrained``: it can decode under a JSON schema
+    (`SamplingParams.json_schema`), over the byte tokenizer's vocabulary."""
     tok = ByteTokenizer(merges=["assistant", "user"], specials=[START, END])
     start_id, end_id = tok.special_ids[START], tok.special_ids[END]
     header = [start_id, *tok.encode("assistant\n")]
@@ -49,4 +51,9 @@ def tool_engine(reply: Reply) -> tuple[Any, ChatTemplate]:
 
     engine, _ = make_engine(page_size=8, num_pages=1024, vocab_size=tok.vocab_size,
                             eos_token_ids=(end_id,), next_token=next_token, tokenizer=tok)
+    if constrained:
+        from engine.grammar import GrammarVocabulary
+
+        engine._grammar_vocabulary = GrammarVocabulary.from_pieces(
+            tok.pieces, stop_token_ids=(end_id,), vocab_size=tok.vocab_size)
     return engine, ChatTemplate(tok, render=chatml)
