@@ -223,3 +223,43 @@ def test_a_server_whose_tokenizer_differs_is_refused(vllm_server: VLLMServer, ll
 
     with pytest.raises(TokenizerMismatch, match="another tokenizer"):
         connect(VLLMOptions((vllm_server.url,)), llm_dir, tokenizer=Shifted())
+
+
+TIMER = {"type": "function", "function": {
+    "name": "set_timer", "description": "Start a kitchen timer.",
+    "parameters": {"type": "object", "additionalProperties": False,
+                   "required": ["seconds", "label"],
+                   "properties": {"seconds": {"type": "number"}, "label": {"type": "string"}}}}}
+
+
+def _required_call(backend: Any) -> tuple[Any, tuple[int, ...]]:
+    import dataclasses
+
+    from tests.vllm.drive import options
+
+    opts = dataclasses.replace(options(**{"llm.max_new_tokens": 64}), tools=(TIMER,),
+                               tool_choice="required")
+    talk = Talk(backend, opts)
+    spoken = talk.reply("Set a timer for ten minutes for the pasta, please.")
+    closed = talk.dialogue.finish_turn(talk.turn_id, 0)
+    tokens = talk.tokens
+    talk.close()
+    assert spoken == ""  # a call is never speech
+    return closed, tokens
+
+
+def test_a_required_tool_call_is_the_same_valid_call_on_vllm(
+        vllm_backend: VLLMBackend, local: LocalBackend) -> None:
+    """The call's schema goes to the server as a structured-output request: the same
+    ids as the local engine's constrained decode, a call that parses and validates."""
+    import json
+
+    local_closed, local_tokens = _required_call(local)
+    remote_closed, remote_tokens = _required_call(vllm_backend)
+    for closed in (local_closed, remote_closed):
+        assert [c.name for c in closed.tool_calls] == ["set_timer"]
+        arguments = json.loads(closed.tool_calls[0].arguments)
+        assert set(arguments) == {"seconds", "label"}
+        assert isinstance(arguments["seconds"], int | float)
+    assert remote_tokens == local_tokens
+    vllm_backend.check()

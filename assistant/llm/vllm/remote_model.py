@@ -8,6 +8,7 @@ text. The sampling settings are the local engine's (`engine.params.SamplingParam
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +52,8 @@ def completion_body(model: RemoteModel, job: RemoteJob, prompt: list[int]) -> di
     }
     if p.temperature > 0:
         body["seed"] = p.seed
+    if p.json_schema is not None:  # a tool call's JSON, decoded under its schema there too
+        body["structured_outputs"] = {"json": json.loads(p.json_schema)}
     if p.repetition_penalty != 1.0 and p.repetition_window > 0:
         if model.windowed_penalty:
             body["vllm_xargs"] = dict(zip(PENALTY_ARGS, (p.repetition_window,

@@ -56,7 +56,11 @@ def server_command(opts: ServerOptions) -> list[str]:
            "--dtype", opts.dtype, "--max-model-len", str(opts.max_model_len),
            "--enable-prefix-caching", "--block-size", str(opts.block_size),
            "--enforce-eager", "--kv-cache-memory-bytes", str(opts.kv_cache_bytes),
-           "--enable-prompt-tokens-details"]
+           "--enable-prompt-tokens-details",
+           # Compact JSON under a schema (tool calls), as the local engine decodes it;
+           # vLLM reads the whitespace rule from the server's config only.
+           "--structured-outputs-config",
+           '{"backend": "xgrammar", "disable_any_whitespace": true}']
     if opts.windowed_penalty:
         cmd += ["--logits-processors", PENALTY_PROCESSOR]
     return cmd + list(opts.extra_args)
