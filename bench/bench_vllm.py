@@ -30,8 +30,8 @@ from results import add_no_write, capture, fenced, write_results
 
 from assistant.app.config import load_config
 from assistant.app.models import resolve_llm
-from assistant.dialogue.dialogue import Dialogue, DialogueOptions
-from assistant.dialogue.types import ReplyDelta
+from assistant.dialogue.dialogue import Dialogue
+from assistant.dialogue.types import DialogueOptions, ReplyDelta
 from assistant.llm.protocol import LLMBackend
 from assistant.llm.vllm.streams import RequestRecord
 from assistant.loop.setup import dialogue_options

@@ -31,8 +31,6 @@ from assistant.dialogue.types import (
     DialogueOutput,
     EndOfTurnScore,
     PromptWarmed,
-    ReplyDelta,
-    SpeculationDrafted,
     TurnClosed,
     TurnStart,
 )
@@ -42,16 +40,7 @@ from engine.params import Priority, SamplingParams
 if TYPE_CHECKING:
     from assistant.llm.protocol import LLMBackend, LLMJob, LLMSequence
 
-__all__ = [
-    "DialogueOptions",
-    "TurnStart",
-    "ReplyDelta",
-    "SpeculationDrafted",
-    "TurnClosed",
-    "DialogueOutput",
-    "Dialogue",
-    "DialogueError",
-]
+__all__ = ["Dialogue"]
 
 
 class Dialogue:
@@ -231,20 +220,12 @@ class Dialogue:
         if drafted is not None:
             self._outbox.append(drafted)
         if not pending_done:
-            remaining = max(1, limit - len(reply))
-            if self._window.limit is not None:  # the turn must close inside the context
-                room = (self._window.limit - len(self._seq)
-                        - len(self.conversation.closing_ids(interrupted=True)))
-                remaining = max(1, min(remaining, room))
-            live.job = self.backend.enqueue(
-                self._seq, self._params(max_new_tokens=remaining, json_schema=schema),
-                priority=Priority.LIVE)
-        return TurnStart(
-            turn_id=turn_id, user_text=user_text, prompt_tokens=len(prompt),
-            prompt_tokens_computed=put.computed, prompt_tokens_reused=put.reused,
-            speculation=put.outcome,
-            spec_id=spec.spec_id if spec else None, spec_text=spec.user_text if spec else "",
-            common_prefix_tokens=put.common, drafted_tokens=put.drafted)
+            # The turn must close inside the context.
+            room = (None if self._window.limit is None else self._window.limit - len(self._seq)
+                    - len(self.conversation.closing_ids(interrupted=True)))
+            live.generate(self.backend, self._seq, lambda n: self._params(
+                max_new_tokens=n, json_schema=schema), limit=limit, room=room)
+        return put.turn_start(turn_id, user_text, len(prompt), spec)
 
     def collect(self) -> list[DialogueOutput]:
         """What came out of the backend for this conversation since the last call (call
@@ -296,9 +277,7 @@ class Dialogue:
                          results: tuple[tuple[str, str], ...]) -> None:
         """Record the results ``(name, output)`` of the last reply's calls without
         replying (the user spoke first): the next turn follows them."""
-        if self._live is not None:
-            raise DialogueError(f"tool results while turn {self._live.turn_id} is open")
-        self._specs.cancel_all()  # drafts were forked before the results
+        self._between_turns("tool results")
         ids, _ = self.conversation.tool_prompt_ids(results)
         self._seq.extend(ids)
         self.conversation.add_tool_results(results, ids, turn_id=turn_id)
@@ -307,12 +286,10 @@ class Dialogue:
     def undo_exchange(self) -> bool:
         """Remove the last exchange (user message and reply) from the history and the
         sequence: a truncate, nothing is recomputed. False if none is in the context."""
-        if self._live is not None:
-            raise DialogueError(f"undo while turn {self._live.turn_id} is open")
+        self._between_turns("undo")
         turns = self.conversation.visible_turns
         if len(turns) < 2 or (turns[-2].role, turns[-1].role) != ("user", "assistant"):
             return False
-        self._specs.cancel_all()
         self._window.drop()  # planned for the longer history
         self.conversation.pop()
         self.conversation.pop()
@@ -374,6 +351,13 @@ class Dialogue:
     @property
     def _tools_shown(self) -> bool:
         return bool(shown_tools(self._options.tools, self._options.tool_choice))
+
+    def _between_turns(self, what: str) -> None:
+        """No turn may be open for ``what``; drafts (forked from the history it
+        changes) are dropped."""
+        if self._live is not None:
+            raise DialogueError(f"{what} while turn {self._live.turn_id} is open")
+        self._specs.cancel_all()
 
     def _require(self, turn_id: int) -> LiveTurn:
         if self._live is None or self._live.turn_id != turn_id:

@@ -13,6 +13,7 @@ sequence and the history and hands them in; written against the LLM backend prot
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -23,7 +24,7 @@ from assistant.dialogue.types import CallMade, DialogueOptions, ReplyDelta, Turn
 from assistant.tools.calls import ToolCallDetector, Verdict, parse_tool_calls
 from assistant.tools.errors import ToolCallParseError
 from engine.events import FinishReason
-from engine.params import SamplingParams
+from engine.params import Priority, SamplingParams
 
 if TYPE_CHECKING:
     from assistant.dialogue.conversation import Conversation, TurnRenderer
@@ -77,6 +78,16 @@ class LiveTurn:
             return None
         return ReplyDelta(self.turn_id, self._speech(self.reply.text, whole), len(self.reply),
                           done=whole, finish_reason=self.finish_reason)
+
+    def generate(self, backend: LLMBackend, seq: LLMSequence,
+                 params: Callable[[int], SamplingParams], *, limit: int,
+                 room: int | None) -> None:
+        """Start the job generating the rest of the reply: at most ``limit`` tokens in
+        all (a draft's included) and ``room`` more (the context's), at least one."""
+        remaining = max(1, limit - len(self.reply))
+        if room is not None:
+            remaining = max(1, min(remaining, room))
+        self.job = backend.enqueue(seq, params(remaining), priority=Priority.LIVE)
 
     def collect(self, backend: LLMBackend, guard: LoopGuardOptions) -> ReplyDelta | None:
         """The reply text the job produced since the last call, and whether it is done

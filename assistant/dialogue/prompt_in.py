@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from assistant.dialogue.reply import ReplyTokens
 from assistant.dialogue.speculation import resolve
+from assistant.dialogue.types import TurnStart
 from engine.events import FinishReason
 from engine.params import Priority
 
@@ -39,6 +40,16 @@ class PromptIn:
     reply: ReplyTokens = field(default_factory=ReplyTokens)
     pending_done: bool = False
     """The adopted draft was the whole reply (it ended with the end of turn)."""
+
+    def turn_start(self, turn_id: int, user_text: str, prompt_tokens: int,
+                   spec: Speculation | None) -> TurnStart:
+        """What the turn's start reports."""
+        return TurnStart(
+            turn_id=turn_id, user_text=user_text, prompt_tokens=prompt_tokens,
+            prompt_tokens_computed=self.computed, prompt_tokens_reused=self.reused,
+            speculation=self.outcome, spec_id=spec.spec_id if spec else None,
+            spec_text=spec.user_text if spec else "", common_prefix_tokens=self.common,
+            drafted_tokens=self.drafted)
 
 
 def put_prompt(seq: LLMSequence, prompt: Sequence[int], spec: Speculation | None) -> PromptIn:

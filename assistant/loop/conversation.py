@@ -27,8 +27,9 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from assistant.dialogue.dialogue import Dialogue, DialogueOptions
+from assistant.dialogue.dialogue import Dialogue
 from assistant.dialogue.recut import Recut, recut_last_reply
+from assistant.dialogue.types import DialogueOptions
 from assistant.loop.output import OutputCallback
 from assistant.loop.pipeline import Pipeline
 from assistant.loop.tool_worker import LocalTools

@@ -18,7 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from assistant.dialogue.dialogue import Dialogue, DialogueOptions
+from assistant.dialogue.dialogue import Dialogue
+from assistant.dialogue.types import DialogueOptions
 
 if TYPE_CHECKING:
     from assistant.llm.host import EngineHost, Post

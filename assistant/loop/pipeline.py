@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from assistant.dialogue.dialogue import Dialogue, DialogueOptions
+from assistant.dialogue.dialogue import Dialogue
+from assistant.dialogue.types import DialogueOptions
 from assistant.loop import event_log as log
 from assistant.loop.asr_worker import AsrWorker
 from assistant.loop.engine_client import DialogueClient

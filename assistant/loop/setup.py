@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from assistant.app.config import AppConfig
-from assistant.dialogue.dialogue import DialogueOptions
 from assistant.dialogue.loop_guard import LoopGuardOptions
+from assistant.dialogue.types import DialogueOptions
 from assistant.loop.conversation import Conversation, ConversationSettings
 from assistant.loop.output import OutputCallback
 from assistant.loop.tool_worker import LocalTools, LoopTime

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from assistant.dialogue.dialogue import Dialogue, DialogueError, DialogueOptions
-from assistant.dialogue.types import ReplyDelta
+from assistant.dialogue.dialogue import Dialogue
+from assistant.dialogue.types import DialogueError, DialogueOptions, ReplyDelta
 from assistant.llm.local import LocalBackend
 from assistant.speech.voice import ClauseRule
 from engine.chat_template import ChatTemplate

@@ -30,7 +30,8 @@ def test_the_guard_can_be_turned_off() -> None:
 
 
 def _looping_dialogue(guard: LoopGuardOptions) -> tuple[Any, Any, Any]:
-    from assistant.dialogue.dialogue import Dialogue, DialogueOptions
+    from assistant.dialogue.dialogue import Dialogue
+    from assistant.dialogue.types import DialogueOptions
     from assistant.llm.local import LocalBackend
     from engine.chat_template import ChatTemplate
     from tests.engine.fake_runner import ByteTokenizer, make_engine

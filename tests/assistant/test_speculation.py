@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from assistant.dialogue.dialogue import Dialogue, DialogueOptions, ReplyDelta, SpeculationDrafted
+from assistant.dialogue.dialogue import Dialogue
 from assistant.dialogue.end_score import open_user_ids
 from assistant.dialogue.speculation import common_prefix_len, resolve
+from assistant.dialogue.types import DialogueOptions, ReplyDelta, SpeculationDrafted
 from assistant.llm.local import LocalBackend
 from assistant.speech.voice import ClauseRule
 from engine.chat_template import ChatTemplate

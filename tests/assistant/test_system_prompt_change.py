@@ -8,7 +8,8 @@ import dataclasses
 
 import pytest
 
-from assistant.dialogue.dialogue import Dialogue, DialogueError, DialogueOptions
+from assistant.dialogue.dialogue import Dialogue
+from assistant.dialogue.types import DialogueError, DialogueOptions
 from tests.assistant.test_context_window import make, run_turn, run_until_hidden
 from tests.engine.fake_runner import assert_cache_matches
 

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from assistant.dialogue.dialogue import Dialogue, DialogueOptions
+from assistant.dialogue.dialogue import Dialogue
+from assistant.dialogue.types import DialogueOptions
 from assistant.speech.voice import ClauseRule
 from audio.word_timing import TTSChunk, WordTiming, split_words
 from engine.chat_template import ChatTemplate, Message

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from assistant.dialogue.dialogue import DialogueOptions
+from assistant.dialogue.types import DialogueOptions
 from assistant.llm.host import EngineHost
 from assistant.llm.local import LocalBackend
 from assistant.loop import output as out

@@ -17,7 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from assistant.dialogue.dialogue import Dialogue, DialogueOptions
+from assistant.dialogue.dialogue import Dialogue
+from assistant.dialogue.types import DialogueOptions
 from assistant.llm.host import EngineHost
 from assistant.llm.local import LocalBackend
 from assistant.loop import event_log as log

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from assistant.app.config import load_config
-from assistant.dialogue.dialogue import Dialogue, DialogueOptions
-from assistant.dialogue.types import ReplyDelta
+from assistant.dialogue.dialogue import Dialogue
+from assistant.dialogue.types import DialogueOptions, ReplyDelta
 from assistant.llm.protocol import LLMBackend
 from assistant.loop.setup import dialogue_options
 from engine.chat_template import ChatTemplate
