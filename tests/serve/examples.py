@@ -7,6 +7,13 @@ from typing import Any
 from assistant.serve.protocol import client_events as C
 from assistant.serve.protocol import server_events as S
 
+WEATHER: dict[str, Any] = {
+    "type": "function", "name": "weather", "description": "The weather in a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]},
+}
+"""A Realtime function tool (the flat GA/beta shape)."""
+
 
 def client_examples() -> list[Any]:
     td = C.TurnDetectionParam(
@@ -42,6 +49,9 @@ def client_examples() -> list[Any]:
         ),
         C.SessionUpdate(session=C.SessionParam(turn_detection=C.TurnDetectionParam(
             type="semantic_vad", eagerness="high"))),
+        C.SessionUpdate(session=C.SessionParam(tools=(WEATHER,), tool_choice="required")),
+        C.SessionUpdate(session=C.SessionParam(
+            tools=(), tool_choice={"type": "function", "name": "weather"})),
         C.InputAudioBufferAppend(audio="AAECAw=="),
         C.InputAudioBufferAppend(event_id="a", audio=""),
         C.InputAudioBufferCommit(),
@@ -55,6 +65,8 @@ def client_examples() -> list[Any]:
             item=C.ItemParam(id="item_9", role="system",
                              content=(C.ContentParam(type="input_text", text="note"),)),
         ),
+        C.ConversationItemCreate(item=C.ItemParam(
+            type="function_call_output", call_id="call_1", output='{"temp": 21}')),
         C.ConversationItemTruncate(item_id="item_1", content_index=0, audio_end_ms=1500),
         C.ConversationItemRetrieve(item_id="item_1"),
         C.ConversationItemDelete(item_id="item_1"),
@@ -71,7 +83,9 @@ def client_examples() -> list[Any]:
     ]
 
 
-def _session(turn_detection: S.TurnDetection | None) -> S.Session:
+def _session(turn_detection: S.TurnDetection | None, *, tools: bool = False) -> S.Session:
+    weather = S.SessionTool(name="weather", description=WEATHER["description"],
+                            parameters=WEATHER["parameters"])
     return S.Session(
         id="sess_1",
         model="smollm2",
@@ -85,6 +99,8 @@ def _session(turn_detection: S.TurnDetection | None) -> S.Session:
             ),
             output=S.SessionAudioOutput(voice="joe", speed=1.0),
         ),
+        tools=(weather,) if tools else (),
+        tool_choice=S.ToolChoiceFunction(name="weather") if tools else "auto",
     )
 
 
@@ -107,6 +123,14 @@ def server_examples() -> list[Any]:
         max_output_tokens=96, metadata={"a": "b"}, usage=usage,
     )
     ids: dict[str, Any] = {"event_id": "event_1", "response_id": "resp_1", "item_id": "item_2"}
+    call = S.FunctionCallItem(id="item_4", call_id="call_1", name="weather",
+                              arguments='{"city": "Oslo"}')
+    calling = S.FunctionCallItem(id="item_4", status="in_progress", call_id="call_1",
+                                 name="weather")
+    output = S.FunctionCallOutputItem(id="item_5", call_id="call_1", output='{"temp": 21}')
+    called = S.Response(id="resp_2", status="completed", output=(text_bot, call), usage=usage)
+    call_ids: dict[str, Any] = {"event_id": "event_1", "response_id": "resp_2",
+                                "item_id": "item_4", "output_index": 1, "call_id": "call_1"}
     return [
         S.Error(event_id="event_0", error=S.ErrorDetail(
             type="invalid_request_error", code="invalid_json", message="bad", param="audio",
@@ -114,6 +138,7 @@ def server_examples() -> list[Any]:
         S.Error(event_id="event_0", error=S.ErrorDetail(type="server_error", message="oops")),
         S.SessionCreated(event_id="event_1", session=_session(S.TurnDetection())),
         S.SessionUpdated(event_id="event_1", session=_session(None)),
+        S.SessionUpdated(event_id="event_1", session=_session(None, tools=True)),
         S.SpeechStarted(event_id="event_1", audio_start_ms=120, item_id="item_1"),
         S.SpeechStopped(event_id="event_1", audio_end_ms=1820, item_id="item_1"),
         S.InputAudioBufferCommitted(event_id="event_1", previous_item_id=None, item_id="item_1"),
@@ -140,4 +165,14 @@ def server_examples() -> list[Any]:
         S.OutputAudioTranscriptDone(**ids, transcript="hi there"),
         S.OutputTextDelta(**ids, delta="h"),
         S.OutputTextDone(**ids, text="hi"),
+        S.OutputItemAdded(event_id="event_1", response_id="resp_2", output_index=1,
+                          item=calling),
+        S.ConversationItemAdded(event_id="event_1", previous_item_id="item_3", item=calling),
+        S.FunctionCallArgumentsDelta(**call_ids, delta='{"city": '),
+        S.FunctionCallArgumentsDone(**call_ids, name="weather", arguments='{"city": "Oslo"}'),
+        S.OutputItemDone(event_id="event_1", response_id="resp_2", output_index=1, item=call),
+        S.ConversationItemDone(event_id="event_1", previous_item_id="item_3", item=call),
+        S.ResponseDone(event_id="event_1", response=called),
+        S.ConversationItemAdded(event_id="event_1", previous_item_id="item_4", item=output),
+        S.ConversationItemRetrieved(event_id="event_1", item=call),
     ]

@@ -9,6 +9,9 @@
   between words so tests can interrupt.
 - Instructions ``"flood"`` make the reply 3000 words; ``"slow"`` make it 40 words with
   50 ms between words (so a test can pick a misbehaviour per session).
+- Tools: with ``tool_call=(name, arguments)`` a reply to the user says its words, then
+  calls ``name`` (call id ``call_<response key>``); ``response.create`` with tool outputs
+  pending says ``result <output>``. ``tool_outputs`` records what the client gave.
 - Truncate keeps the words whose audio ends within ``audio_end_ms``.
 - ``context_text()`` renders the history as ``role: text`` lines.
 """
@@ -48,6 +51,7 @@ class _Reply:
     spoken: list[str] = field(default_factory=list)
     samples: int = 0
     text: str = ""
+    call: tuple[str, str] | None = None
 
 
 class FakeBackend:
@@ -60,12 +64,21 @@ class FakeBackend:
         word_delay_s: float = 0.0,
         input_queue: int = 64,
         frame_delay_s: float = 0.0,
+        tool_call: tuple[str, str] | None = None,
     ) -> None:
         self.settings = settings
         self.reply_words = reply.split()
         self.word_ms = word_ms
         self.word_delay_s = word_delay_s
         self.frame_delay_s = frame_delay_s
+        self.tool_call = tool_call
+        self.calls: list[str] = []
+        """Call ids of the calls made."""
+        self.tool_outputs: list[tuple[str, str]] = []
+        """(call_id, output) as the client gave them."""
+        self.answered: list[list[tuple[str, str]]] = []
+        """The tool outputs each ``response.create`` answered on."""
+        self._pending_outputs: list[tuple[str, str]] = []
         self.history: list[tuple[str, str]] = []
         self.truncations: list[tuple[int, int]] = []
         self.closed = False
@@ -106,9 +119,21 @@ class FakeBackend:
     def add_text(self, role: Literal["user", "assistant", "system"], text: str) -> None:
         self.history.append((role, text))
 
+    def add_tool_output(self, call_id: str, output: str) -> None:
+        if call_id not in self.calls:
+            raise B.BackendRejected("unknown_call_id", f"no call {call_id}", param="item.call_id")
+        self.tool_outputs.append((call_id, output))
+        self._pending_outputs.append((call_id, output))
+        self.history.append(("tool", output))
+
     def create_response(self, request: B.ResponseRequest) -> int:
         if self._task is not None and not self._task.done():
             raise B.BackendRejected("conversation_already_has_active_response", "busy")
+        outputs, self._pending_outputs = self._pending_outputs, []
+        if outputs:
+            self.answered.append(outputs)
+            return self._start(["result", *" ".join(o for _, o in outputs).split()],
+                               call=False)
         return self._start()
 
     def cancel_response(self, reason: str = "client_cancelled", *,
@@ -222,15 +247,17 @@ class FakeBackend:
         self.history.append(("user", text))
         self._emit(B.UserTranscript(text=text, audio_ms=ms))
 
-    def _start(self) -> int:
+    def _start(self, words: list[str] | None = None, *, call: bool = True) -> int:
         key = self._next_key
         self._next_key += 1
-        words = list(self.reply_words)
-        if self.settings.instructions == "flood":
-            words = ["word"] * 3000
-        elif self.settings.instructions == "slow":
-            words = ["a"] * 40
-        reply = _Reply(key=key, words=words, word_samples=RATE * self.word_ms // 1000)
+        if words is None:
+            words = list(self.reply_words)
+            if self.settings.instructions == "flood":
+                words = ["word"] * 3000
+            elif self.settings.instructions == "slow":
+                words = ["a"] * 40
+        reply = _Reply(key=key, words=words, word_samples=RATE * self.word_ms // 1000,
+                       call=self.tool_call if call else None)
         self._replies[key] = reply
         self._cancel_reason = "client_cancelled"
         self._emit(B.ResponseStarted(response_key=key))
@@ -253,6 +280,12 @@ class FakeBackend:
                 reply.spoken.append(word)
                 reply.samples += len(pcm)
                 self._emit(B.ResponseAudio(response_key=reply.key, pcm=pcm.tobytes()))
+            if reply.call is not None:
+                call_id = f"call_{reply.key}"
+                self.calls.append(call_id)
+                name, arguments = reply.call
+                self._emit(B.ResponseFunctionCall(response_key=reply.key, call_id=call_id,
+                                                  name=name, arguments=arguments))
         except asyncio.CancelledError:
             status, reason = "cancelled", self._cancel_reason
         reply.text = " ".join(reply.spoken)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -39,7 +40,10 @@ def test_client_events_round_trip(codec: Codec, event: Any) -> None:
 @pytest.mark.parametrize("dialect", list(Dialect), ids=lambda d: d.value)
 @pytest.mark.parametrize("event", server_examples(), ids=lambda e: e.type)
 def test_server_events_round_trip(codec: Codec, event: Any, dialect: Dialect) -> None:
-    assert codec.decode_server(codec.encode_server(event, dialect), dialect) == event
+    expected = event
+    if dialect is Dialect.BETA and isinstance(event, S.FunctionCallArgumentsDone):
+        expected = dataclasses.replace(event, name="")  # the beta event has no name
+    assert codec.decode_server(codec.encode_server(event, dialect), dialect) == expected
 
 
 @pytest.mark.parametrize("event", server_examples(), ids=lambda e: e.type)

@@ -7,6 +7,12 @@ empty buffer, a reply with nothing to answer), reports each commit and its trans
 and starts the requested response as a text turn of the conversation
 (``submit_text``); a request that cannot start ends as a ``failed`` response.
 :class:`~assistant.serve.backend.manual_turns.ManualTurns` holds the pieces in order.
+
+The outputs of the client's tools (``function_call_output`` items) are input too: a
+``response.create`` with outputs pending answers on them
+(``Conversation.submit_tool_outputs``); with new user words as well, the outputs are
+recorded first and the words answered. This holds with server VAD too, where the client
+asks for the reply that answers its tools' outputs.
 """
 
 from __future__ import annotations
@@ -26,7 +32,7 @@ from assistant.serve.backend.manual_turns import ManualTurns
 from assistant.serve.backend.network_io import NetworkSource
 
 if TYPE_CHECKING:
-    from assistant.loop.conversation import Conversation
+    from assistant.loop.conversation import Conversation, ToolOutput
 
 __all__ = ["ClientTurns"]
 
@@ -55,11 +61,23 @@ class ClientTurns:
         self._emit = emit
         self._spawn = spawn
         self._conversation = conversation
+        self._outputs: list[ToolOutput] = []
+        """Tool outputs the client gave that no response has taken yet."""
 
     @property
     def pending(self) -> bool:
-        """Committed audio or user text that no response has taken yet."""
-        return self._manual.pending
+        """Committed audio, user text or tool outputs that no response has taken yet."""
+        return self._manual.pending or bool(self._outputs)
+
+    def add_tool_output(self, call_id: str, output: str) -> None:
+        from assistant.loop.conversation import ToolOutput
+
+        name = self._output.take_call(call_id)
+        if name is None:
+            raise B.BackendRejected("unknown_call_id",
+                                    f"no unanswered tool call with call_id {call_id!r}",
+                                    param="item.call_id")
+        self._outputs.append(ToolOutput(call_id, name, output))
 
     def commit_audio(self) -> None:
         if not self._source.hold:
@@ -94,10 +112,11 @@ class ClientTurns:
         if self._ledger.busy:
             raise B.BackendRejected("conversation_already_has_active_response",
                                     "a response is in progress")
-        if not self._manual.pending:
+        if not self.pending:
             raise B.BackendRejected(
                 "no_user_input",
-                "nothing to respond to: commit audio or create a user text item first")
+                "nothing to respond to: commit audio, or create a user text item or a "
+                "function_call_output first")
         key = self._ledger.request()
         if request.output_modalities is not None:
             self._output.request_modalities(key, request.output_modalities)
@@ -110,13 +129,23 @@ class ClientTurns:
 
     async def _start_requested(self, key: int, max_tokens: int | None) -> None:
         pipeline = await self._conversation()
+        outputs, self._outputs = self._outputs, []
         try:
             text = await self._manual.take_text()
         except Exception as exc:
             log.exception("transcribing the committed audio failed")
+            if outputs:
+                pipeline.submit_tool_outputs(outputs, respond=False)
             self._fail_request(key, "transcription_failed")
             self._emit(B.BackendFailure(code="transcription_failed",
                                         message=f"could not transcribe the audio: {exc}"))
+            return
+        if outputs and (text or self._ledger.requested != key):
+            # Kept in the history, without a reply of their own.
+            pipeline.submit_tool_outputs(outputs, respond=False)
+        elif outputs:
+            if pipeline.submit_tool_outputs(outputs, max_new_tokens=max_tokens) is None:
+                self._fail_request(key, "busy")  # the outputs are kept, without a reply
             return
         if self._ledger.requested != key:
             return

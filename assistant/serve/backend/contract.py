@@ -18,13 +18,17 @@ Contract
 - Times are integers: input times in milliseconds of audio the client appended (the
   session's own clock, derived from sample counts), output audio as 24 kHz samples.
 - `cancel_response` and `aclose` are idempotent.
+
+Tools are the client's (Realtime function calling): a reply may call one
+(`ResponseFunctionCall`, before its `ResponseFinished`); the client runs it and gives
+back its output (`add_tool_output`), which the next `create_response` answers on.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -32,6 +36,8 @@ import numpy.typing as npt
 __all__ = [
     "PROTOCOL_RATE",
     "TurnDetectionSettings",
+    "FunctionTool",
+    "TOOL_CHOICE_MODES",
     "SessionSettings",
     "ResponseRequest",
     "TokenUsage",
@@ -43,6 +49,7 @@ __all__ = [
     "ResponseStarted",
     "ResponseText",
     "ResponseAudio",
+    "ResponseFunctionCall",
     "ResponseFinished",
     "BackendFailure",
     "BackendEvent",
@@ -78,6 +85,23 @@ class TurnDetectionSettings:
 
 
 @dataclass(frozen=True, kw_only=True)
+class FunctionTool:
+    """A function the client offers the model (Realtime ``session.tools``); the client
+    runs it when a reply calls it. Checked by the protocol layer (a valid name, an
+    object JSON schema)."""
+
+    name: str
+    description: str = ""
+    parameters: Mapping[str, Any] = field(
+        default_factory=lambda: {"type": "object", "properties": {}})
+    """JSON schema (``type: object``) of the arguments."""
+
+
+TOOL_CHOICE_MODES = ("auto", "none", "required")
+"""``tool_choice`` values that are not a function's name."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class SessionSettings:
     """The effective settings of one session."""
 
@@ -94,6 +118,10 @@ class SessionSettings:
     """``None``: the server's sampling settings."""
     speed: float = 1.0
     """Speaking rate multiplier (TTS length scale is its inverse)."""
+    tools: tuple[FunctionTool, ...] = ()
+    tool_choice: str = "auto"
+    """``auto``, ``none``, ``required`` (one of :data:`TOOL_CHOICE_MODES`) or the name
+    of one of ``tools``, which the model must call."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,6 +205,17 @@ class ResponseAudio:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ResponseFunctionCall:
+    """The response calls one of the client's tools (reported before it finishes)."""
+
+    response_key: int
+    call_id: str
+    name: str
+    arguments: str
+    """JSON text of the arguments."""
+
+
+@dataclass(frozen=True, kw_only=True)
 class ResponseFinished:
     response_key: int
     status: Literal["completed", "cancelled", "incomplete", "failed"]
@@ -203,6 +242,7 @@ BackendEvent = (
     | ResponseStarted
     | ResponseText
     | ResponseAudio
+    | ResponseFunctionCall
     | ResponseFinished
     | BackendFailure
 )
@@ -244,10 +284,16 @@ class SessionBackend(Protocol):
         """Append a text message to the conversation."""
         ...
 
+    def add_tool_output(self, call_id: str, output: str) -> None:
+        """What the client's tool returned for call ``call_id`` (a `ResponseFunctionCall`
+        of this session); the next `create_response` answers on it. Raises
+        `BackendRejected` for an unknown or already answered call."""
+        ...
+
     def create_response(self, request: ResponseRequest) -> int:
-        """Start a response to the conversation so far; returns its ``response_key``
-        (and reports `ResponseStarted`). Raises `BackendRejected` while another response
-        is in progress."""
+        """Start a response to the conversation so far (new user input or tool outputs);
+        returns its ``response_key`` (and reports `ResponseStarted`). Raises
+        `BackendRejected` while another response is in progress."""
         ...
 
     def cancel_response(self, reason: str = "client_cancelled", *,

@@ -2,7 +2,7 @@
 
 :class:`ConversationEvents` translates the conversation's public output
 (`assistant.loop.output`: speech started / stopped, final transcripts, response started
-/ done / withdrawn, failures) and the chunks the `NetworkSink` sends (a reply's text
+/ done / withdrawn, tool calls, failures) and the chunks the `NetworkSink` sends (a reply's text
 and audio) into the events a `SessionBackend` yields, one handler per type in
 :data:`_OUTPUT_HANDLERS`; :class:`~assistant.serve.backend.ledger.ResponseLedger` maps
 turns to responses. The floor's state and transcripts in progress are not sent.
@@ -26,6 +26,9 @@ KEPT_TURNS = 4
 """Per-turn state is kept for this many turns before the one starting (a long session
 stays bounded)."""
 
+KEPT_CALLS = 64
+"""Tool calls the client has not answered yet that are remembered (the oldest go)."""
+
 
 class ConversationEvents:
     """See the module docstring.
@@ -34,6 +37,8 @@ class ConversationEvents:
     reply in progress (None without one, or without a conversation), and
     ``forget_before(turn_id)`` drops the backend's per-turn state of older turns.
     ``min_speech_ms`` is the VAD's: speech is reported when it has lasted that long.
+    ``local_tools``: the conversation runs its tools itself (``tools.enabled``), so its
+    calls are not the client's to run and are not sent.
     """
 
     def __init__(self, *, ledger: ResponseLedger, recorder: RecordingSynthesizer,
@@ -41,7 +46,7 @@ class ConversationEvents:
                  settings: Callable[[], B.SessionSettings],
                  active_turn: Callable[[], int | None],
                  forget_before: Callable[[int], None],
-                 min_speech_ms: int) -> None:
+                 min_speech_ms: int, local_tools: bool = False) -> None:
         self._ledger = ledger
         self._recorder = recorder
         self._emit = emit
@@ -49,10 +54,18 @@ class ConversationEvents:
         self._active_turn = active_turn
         self._forget_before = forget_before
         self._min_speech_ms = min_speech_ms
+        self._local_tools = local_tools
         self._requested_modalities: dict[int, tuple[str, ...]] = {}
         """``response.create``'s output modalities by response key, until it starts."""
         self._speech_start_ms = 0
         self._awaiting_transcripts = 0
+        self._calls: dict[str, str] = {}
+        """Tool calls sent to the client and not answered yet: ``call_id`` -> name."""
+
+    def take_call(self, call_id: str) -> str | None:
+        """The name of call ``call_id``, which the client answers now (None: no such
+        call, or it was answered)."""
+        return self._calls.pop(call_id, None)
 
     def request_modalities(self, key: int, modalities: tuple[str, ...]) -> None:
         """Response ``key`` (requested, not started) is to have ``modalities``."""
@@ -117,6 +130,21 @@ class ConversationEvents:
         if done is not None:
             self._emit(done)
 
+    def _on_tool_call(self, event: O.ToolCallRequested) -> None:
+        key = self._ledger.key_of(event.turn_id)
+        if self._local_tools or key is None or event.turn_id != self._ledger.open_turn:
+            return
+        if event.error:
+            self._emit(B.BackendFailure(code="invalid_tool_call",
+                                        message=f"the model's tool call could not be read "
+                                        f"({event.error}); it was not sent"))
+            return
+        self._calls[event.call_id] = event.name
+        while len(self._calls) > KEPT_CALLS:
+            del self._calls[next(iter(self._calls))]
+        self._emit(B.ResponseFunctionCall(response_key=key, call_id=event.call_id,
+                                          name=event.name, arguments=event.arguments))
+
     def _on_response_withdrawn(self, event: O.ResponseWithdrawn) -> None:
         done = self._ledger.withdraw(event.turn_id)
         if done is not None:
@@ -131,6 +159,7 @@ _OUTPUT_HANDLERS: dict[type, Callable[[ConversationEvents, Any], None]] = {
     O.SpeechStopped: ConversationEvents._on_speech_stopped,
     O.TranscriptFinal: ConversationEvents._on_transcript,
     O.ResponseStarted: ConversationEvents._on_response_started,
+    O.ToolCallRequested: ConversationEvents._on_tool_call,
     O.ResponseDone: ConversationEvents._on_response_done,
     O.ResponseWithdrawn: ConversationEvents._on_response_withdrawn,
     O.Failure: ConversationEvents._on_engine_failed,

@@ -21,9 +21,13 @@ conversation's commands:
   transcripts and text items; ``response.create`` submits them as a text turn
   (``submit_text``).
 - ``session.update``: ``update`` (generation options from the next turn, VAD at the end
-  of the utterance in progress, turn-taking rules now); changed instructions open a new
-  conversation before the first turn, and after it are computed into the context in the
-  background (`assistant.dialogue.context_window`).
+  of the utterance in progress, turn-taking rules now); changed instructions or tools
+  (which the system prompt shows) open a new conversation before the first turn, and
+  after it are computed into the context in the background
+  (`assistant.dialogue.context_window`).
+- The client's tools: a reply's call (the conversation's ``ToolCallRequested``) goes to
+  the client, and its output comes back through ``submit_tool_outputs`` on the next
+  ``response.create`` (:class:`~assistant.serve.backend.client_turns.ClientTurns`).
 - ``output_modalities: ["text"]`` (session or response): the turn is marked text-only on
   the `RecordingSynthesizer`, which then makes silent chunks instead of speech.
 
@@ -86,7 +90,8 @@ class PipelineBackend:
         self._output = ConversationEvents(
             ledger=self._ledger, recorder=self._recorder, emit=self._emit,
             settings=lambda: self._settings, active_turn=self._playing_turn,
-            forget_before=self._forget_before, min_speech_ms=runtime.settings.vad.min_speech_ms)
+            forget_before=self._forget_before, min_speech_ms=runtime.settings.vad.min_speech_ms,
+            local_tools=runtime.settings.tools is not None)
         self._sink = NetworkSink(self._clock, self._recorder.sample_rate, recorder=self._recorder,
                                  current_turn=self._playing_turn, emit=self._output.on_chunk,
                                  delta_ms=runtime.audio_delta_ms, lead_ms=runtime.audio_lead_ms,
@@ -192,14 +197,22 @@ class PipelineBackend:
                 "create_response: false is not supported with server VAD; use "
                 "turn_detection: null and response.create",
                 param="session.audio.input.turn_detection.create_response")
-        changed = settings.instructions != old.instructions
-        started = self._ledger.started or self._client.pending
-        if changed and started and not (old.instructions and settings.instructions):
+        if settings.tools and self._rt.settings.tools is not None:
             raise B.BackendRejected(
                 "unsupported_value",
-                "instructions cannot become empty, or be set where they were empty, once "
-                "the conversation has started",
-                param="session.instructions")
+                "this daemon runs its own tools (tools.enabled in its config); a client's "
+                "tools cannot be added to them", param="session.tools")
+        changed = _system_prompt_of(settings) != _system_prompt_of(old)
+        started = self._ledger.started or self._client.pending
+        if changed and started and not (self._has_system_prompt(old)
+                                        and self._has_system_prompt(settings)):
+            raise B.BackendRejected(
+                "unsupported_value",
+                "the system prompt (instructions, and the tools it describes) cannot become "
+                "empty, or be set where it was empty, once the conversation has started: "
+                "set instructions or tools before the first turn",
+                param="session.instructions" if settings.instructions != old.instructions
+                else "session.tools")
         # Before the first turn a new pipeline is as cheap; after it the dialogue
         # recomputes its context with the new system prompt in the background.
         rebuild = changed and not started
@@ -212,6 +225,15 @@ class PipelineBackend:
         pipeline = self._pipeline
         if pipeline is not None:
             pipeline.update(self._conversation_settings(settings))
+
+    def _has_system_prompt(self, settings: B.SessionSettings) -> bool:
+        """Whether a conversation with ``settings`` has a system prompt: instructions, or
+        tools shown to the model (described there, or with a default prompt)."""
+        from assistant.dialogue.tool_prompt import shown_tools
+
+        dialogue = self._conversation_settings(settings).dialogue
+        return bool(dialogue.system_prompt) or bool(
+            shown_tools(dialogue.tools, dialogue.tool_choice))
 
     async def _rebuild(self) -> None:
         """A new pipeline (and dialogue) for changed instructions; one rebuild at a time,
@@ -242,6 +264,9 @@ class PipelineBackend:
 
     def add_text(self, role: Literal["user", "assistant", "system"], text: str) -> None:
         self._client.add_text(role, text)
+
+    def add_tool_output(self, call_id: str, output: str) -> None:
+        self._client.add_tool_output(call_id, output)
 
     # ------------------------------------------------------------------ responses
 
@@ -327,3 +352,9 @@ class PipelineBackend:
         self._recorder.forget_before(turn_id)
         self._sink.forget_before(turn_id)
         self._ledger.forget_before(turn_id)
+
+
+
+def _system_prompt_of(settings: B.SessionSettings) -> tuple[object, ...]:
+    """What the conversation's system prompt is made of."""
+    return settings.instructions, settings.tools, settings.tool_choice

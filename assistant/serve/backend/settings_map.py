@@ -1,7 +1,7 @@
 """Realtime session settings mapped onto the loop's own options.
 
-The protocol's ``session`` (instructions, token limit, temperature, server-VAD knobs,
-``interrupt_response``) becomes the dialogue's, the turn manager's and the VAD's
+The protocol's ``session`` (instructions, tools, token limit, temperature, server-VAD
+knobs, ``interrupt_response``) becomes the dialogue's, the turn manager's and the VAD's
 options on top of the daemon's configured defaults. Pure functions.
 """
 
@@ -19,8 +19,8 @@ if TYPE_CHECKING:
     from assistant.turns.end_of_turn import EndOfTurnOptions
     from assistant.turns.options import TurnOptions
 
-__all__ = ["conversation_settings", "vad_options", "dialogue_options", "turn_options",
-           "end_of_turn"]
+__all__ = ["conversation_settings", "vad_options", "dialogue_options", "tool_definition",
+           "turn_options", "end_of_turn"]
 
 
 def conversation_settings(base: ConversationSettings,
@@ -67,13 +67,26 @@ def vad_options(base: Any, td: B.TurnDetectionSettings, turns: TurnOptions) -> A
 
 
 def dialogue_options(base: DialogueOptions, settings: B.SessionSettings) -> DialogueOptions:
-    """The configured generation options with the session's overrides."""
+    """The configured generation options with the session's overrides; the client's
+    tools join the configured ones (none unless the daemon runs local tools) as chat
+    template definitions."""
     td = settings.turn_detection
     return dataclasses.replace(
         base, system_prompt=settings.instructions,
         max_new_tokens=settings.max_output_tokens or base.max_new_tokens,
         temperature=base.temperature if settings.temperature is None else settings.temperature,
-        score_end_of_turn=td is not None and td.type == "semantic_vad")
+        score_end_of_turn=td is not None and td.type == "semantic_vad",
+        tools=base.tools + tuple(tool_definition(t) for t in settings.tools),
+        tool_choice=settings.tool_choice)
+
+
+def tool_definition(tool: B.FunctionTool) -> dict[str, Any]:
+    """A client's tool as the chat template's function definition (``{"type":
+    "function", "function": {"name", "description", "parameters"}}``)."""
+    from assistant.tools.spec import ToolSpec
+
+    return ToolSpec(name=tool.name, description=tool.description,
+                    parameters=tool.parameters).template_dict()
 
 
 def turn_options(base: TurnOptions, settings: B.SessionSettings) -> TurnOptions:

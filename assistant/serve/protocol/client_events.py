@@ -14,7 +14,7 @@ The JSON codec is :mod:`assistant.serve.protocol.codec`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import MISSING, Field
 
@@ -118,6 +118,14 @@ class SessionParam:
     """beta: ``pcm16`` (24 kHz) is accepted; ``g711_ulaw`` / ``g711_alaw`` are refused."""
     output_audio_format: str | MISSING = MISSING
     temperature: Annotated[float, Field(ge=0.0, le=2.0)] | MISSING = MISSING
+    # both dialects
+    tools: tuple[dict[str, Any], ...] | None | MISSING = MISSING
+    """Function tools (``{"type": "function", "name", "description", "parameters"}``);
+    checked field by field by :func:`~assistant.serve.protocol.settings.apply_update`
+    (an MCP server or another type is refused there, naming the field)."""
+    tool_choice: str | dict[str, Any] | MISSING = MISSING
+    """``auto``, ``none``, ``required``, or ``{"type": "function", "name": ...}`` (a beta
+    client may send the bare name)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,12 +165,19 @@ class ContentParam:
 
 @dataclass(frozen=True, kw_only=True)
 class ItemParam:
-    """A conversation item from the client; only text messages are supported."""
+    """A conversation item from the client: a text message, or what a tool returned
+    (``function_call_output``); a ``function_call`` is parsed to be refused by name."""
 
     type: Literal["message", "function_call", "function_call_output"] = "message"
     id: str | MISSING = MISSING
     role: Literal["user", "assistant", "system"] | MISSING = MISSING
     content: tuple[ContentParam, ...] = ()
+    call_id: str | MISSING = MISSING
+    """``function_call_output``: the call it answers."""
+    output: str | MISSING = MISSING
+    """``function_call_output``: what the tool returned (free text, often JSON)."""
+    name: str | MISSING = MISSING
+    arguments: str | MISSING = MISSING
 
 
 @dataclass(frozen=True, kw_only=True)

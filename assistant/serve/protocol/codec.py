@@ -10,8 +10,10 @@ hand-written codecs drift (a field declared and never serialised), a round trip 
 Dialects: ``ga`` is the current Realtime API; ``beta`` is what clients that send the
 ``OpenAI-Beta: realtime=v1`` header expect (``response.audio.delta`` instead of
 ``response.output_audio.delta``, a flat session object, ``audio`` / ``text`` parts,
-``conversation.item.created`` for ``conversation.item.added``); events the beta protocol
-does not have (``conversation.item.done``) are not sent to such clients: see `Codec.sends`.
+``conversation.item.created`` for ``conversation.item.added``, ``tool_choice`` a bare
+string, no ``name`` on ``response.function_call_arguments.done``); events the beta
+protocol does not have (``conversation.item.done``) are not sent to such clients: see
+`Codec.sends`.
 
 Validation is pydantic's (``TypeAdapter`` over the frozen dataclasses), so every field
 is checked once, in Rust, including the large base64 audio strings.
@@ -211,9 +213,20 @@ def _session_to_beta(session: dict[str, Any]) -> dict[str, Any]:
         "input_audio_transcription": audio_in["transcription"],
         "turn_detection": _beta_turn_detection(audio_in["turn_detection"]),
         "input_audio_noise_reduction": audio_in["noise_reduction"],
-        "tools": [],
-        "tool_choice": "auto",
+        "tools": session["tools"],
+        "tool_choice": _beta_tool_choice(session["tool_choice"]),
     }
+
+
+def _beta_tool_choice(choice: Any) -> Any:
+    """The beta session's ``tool_choice`` is a string: a named function is its name."""
+    return choice["name"] if isinstance(choice, dict) else choice
+
+
+def _ga_tool_choice(choice: Any) -> Any:
+    if isinstance(choice, str) and choice not in ("auto", "none", "required"):
+        return {"type": "function", "name": choice}
+    return choice
 
 
 def _session_from_beta(session: dict[str, Any]) -> dict[str, Any]:
@@ -233,11 +246,15 @@ def _session_from_beta(session: dict[str, Any]) -> dict[str, Any]:
             },
             "output": {"voice": session["voice"], "speed": session["speed"]},
         },
+        "tools": session.get("tools", []),
+        "tool_choice": _ga_tool_choice(session.get("tool_choice", "auto")),
     }
 
 
 def _to_beta(data: dict[str, Any]) -> dict[str, Any]:
     out = dict(data, type=BETA_EVENT_NAMES.get(data["type"], data["type"]))
+    if out["type"] == "response.function_call_arguments.done":
+        out.pop("name", None)  # not in the beta event
     if "session" in out:
         out["session"] = _session_to_beta(out["session"])
     if "response" in out:
@@ -251,6 +268,8 @@ def _from_beta(data: Any) -> Any:
     if not isinstance(data, dict) or not isinstance(data.get("type"), str):
         return data
     out = dict(data, type=_GA_EVENT_NAMES.get(data["type"], data["type"]))
+    if out["type"] == "response.function_call_arguments.done":
+        out.setdefault("name", "")  # a beta server does not say
     if isinstance(out.get("session"), dict):
         out["session"] = _session_from_beta(out["session"])
     if isinstance(out.get("response"), dict):

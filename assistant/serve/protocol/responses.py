@@ -1,15 +1,21 @@
 """Conversation items and responses of a session, and the server events that frame them.
 
 `ItemRecord` is what a session remembers of an item (for retrieve and truncate);
-`ActiveResponse` is the response in progress. `opening_events` / `closing_events` are
-pure functions giving the Realtime event sequence that opens and closes a response, in
-the API's order::
+`ActiveResponse` is the response in progress. The functions below give the Realtime
+events that frame a response and its output items, in the API's order::
 
-    response.created, response.output_item.added, conversation.item.added,
-    response.content_part.added, ... deltas ...,
-    response.output_audio.done (or response.output_text.done),
-    response.output_audio_transcript.done, response.content_part.done,
-    response.output_item.done, conversation.item.done, response.done
+    response.created
+    (message item, with the reply's first words:)
+      response.output_item.added, conversation.item.added, response.content_part.added,
+      ... deltas ...,
+      response.output_audio.done (or response.output_text.done),
+      response.output_audio_transcript.done, response.content_part.done,
+      response.output_item.done, conversation.item.done
+    (each function call:)
+      response.output_item.added, conversation.item.added,
+      response.function_call_arguments.delta, response.function_call_arguments.done,
+      response.output_item.done, conversation.item.done
+    response.done
 """
 
 from __future__ import annotations
@@ -29,8 +35,11 @@ __all__ = [
     "ItemRecord",
     "ActiveResponse",
     "response_shape",
-    "opening_events",
-    "closing_events",
+    "created_event",
+    "message_opening_events",
+    "message_closing_events",
+    "function_call_events",
+    "done_event",
 ]
 
 Status = Literal["in_progress", "completed", "cancelled", "incomplete", "failed"]
@@ -51,14 +60,33 @@ class IdFactory:
 class ItemRecord:
     item_id: str
     role: Literal["user", "assistant", "system"]
-    kind: Literal["input_audio", "input_text", "output_audio", "output_text"]
+    """A message's role; for a function call ``assistant``, for its output ``user``
+    (who made it; not sent, the API's function items have no role)."""
+    kind: Literal["input_audio", "input_text", "output_audio", "output_text",
+                  "function_call", "function_call_output"]
     transcript: str | None = None
     status: Literal["completed", "incomplete", "in_progress"] = "completed"
     response_key: int | None = None
     audio_samples: int = 0
     """Output audio sent to the client for this item (24 kHz samples)."""
+    previous_item_id: str | None = None
+    """The item before this one when it joined the conversation."""
+    call_id: str = ""
+    """Function items: the call."""
+    name: str = ""
+    """``function_call``: the function called."""
+    arguments: str = ""
+    """``function_call``: JSON text of the arguments."""
+    output: str = ""
+    """``function_call_output``: what the tool returned."""
 
-    def to_item(self) -> S.Item:
+    def to_item(self) -> S.ConversationItem:
+        if self.kind == "function_call":
+            return S.FunctionCallItem(id=self.item_id, status=self.status, call_id=self.call_id,
+                                      name=self.name, arguments=self.arguments)
+        if self.kind == "function_call_output":
+            return S.FunctionCallOutputItem(id=self.item_id, status=self.status,
+                                            call_id=self.call_id, output=self.output)
         if self.kind in ("input_text", "output_text"):
             part = S.ContentPart(type=self.kind, text=self.transcript or "")
         else:
@@ -68,12 +96,18 @@ class ItemRecord:
 
 @dataclass
 class ActiveResponse:
-    """The response in progress."""
+    """The response in progress.
+
+    Its message ``item`` (the reply's audio or text) joins the conversation with the
+    reply's first words, not before: a reply that only calls tools has no message. Its
+    function calls follow the message, each a ``function_call`` item of its own.
+    """
 
     key: int
     response_id: str
     conversation_id: str
     item: ItemRecord
+    """The message item (``output_audio`` / ``output_text``), once ``message`` is open."""
     modalities: tuple[Literal["text", "audio"], ...]
     max_output_tokens: int | None
     metadata: dict[str, str] | None
@@ -83,8 +117,19 @@ class ActiveResponse:
     first_audio: bool = False
     pending_truncate: C.ConversationItemTruncate | None = None
     """A truncate of this item that waits for the response to finish."""
-    previous_item_id: str | None = None
-    """The item before this response's item in the conversation."""
+    message: Literal["pending", "open", "closed"] = "pending"
+    """The message item: not announced yet, announced, or done (or skipped: nothing was
+    said before a call)."""
+    outputs: list[ItemRecord] = field(default_factory=list)
+    """The response's output items in order (the message if it opened, then calls)."""
+
+    @property
+    def calls(self) -> list[ItemRecord]:
+        return [o for o in self.outputs if o.kind == "function_call"]
+
+    def index_of(self, record: ItemRecord) -> int:
+        """``output_index`` of one of this response's items."""
+        return self.outputs.index(record)
 
     def part(self) -> S.ContentPart:
         if self.item.kind == "output_audio":
@@ -97,7 +142,7 @@ class ActiveResponse:
             id=self.response_id,
             status=status,
             status_details=details,
-            output=() if status == "in_progress" else (self.item.to_item(),),
+            output=() if status == "in_progress" else tuple(o.to_item() for o in self.outputs),
             output_modalities=self.modalities,
             conversation_id=self.conversation_id,
             max_output_tokens="inf" if self.max_output_tokens is None else self.max_output_tokens,
@@ -129,40 +174,84 @@ def response_shape(
     return modalities, max_tokens, metadata
 
 
-def opening_events(active: ActiveResponse, ids: IdFactory) -> list[Any]:
-    """``response.created`` .. ``response.content_part.added`` for a new response."""
+def created_event(active: ActiveResponse, ids: IdFactory) -> S.ResponseCreated:
+    """``response.created`` for a new response."""
+    return S.ResponseCreated(event_id=ids("event"), response=active.response("in_progress"))
+
+
+def message_opening_events(active: ActiveResponse, ids: IdFactory) -> list[Any]:
+    """``response.output_item.added`` .. ``response.content_part.added`` for the
+    response's message item (already among its ``outputs``)."""
     rid, item = active.response_id, active.item
+    index = active.index_of(item)
     return [
-        S.ResponseCreated(event_id=ids("event"), response=active.response("in_progress")),
-        S.OutputItemAdded(event_id=ids("event"), response_id=rid,
+        S.OutputItemAdded(event_id=ids("event"), response_id=rid, output_index=index,
                           item=S.Item(id=item.item_id, status="in_progress", role="assistant")),
-        S.ConversationItemAdded(event_id=ids("event"), previous_item_id=active.previous_item_id,
+        S.ConversationItemAdded(event_id=ids("event"), previous_item_id=item.previous_item_id,
                                 item=item.to_item()),
         S.ContentPartAdded(event_id=ids("event"), response_id=rid, item_id=item.item_id,
-                           part=active.part()),
+                           output_index=index, part=active.part()),
     ]
 
 
-def closing_events(active: ActiveResponse, finished: B.ResponseFinished, ids: IdFactory
-                   ) -> list[Any]:
-    """The ``*.done`` events that close a response (its item is already updated)."""
+def message_closing_events(active: ActiveResponse, ids: IdFactory) -> list[Any]:
+    """The ``*.done`` events of the response's message item (already updated)."""
     rid, iid = active.response_id, active.item.item_id
+    index = active.index_of(active.item)
     text = active.item.transcript or ""
     out: list[Any] = []
     if active.item.kind == "output_audio":
-        out.append(S.OutputAudioDone(event_id=ids("event"), response_id=rid, item_id=iid))
+        out.append(S.OutputAudioDone(event_id=ids("event"), response_id=rid, item_id=iid,
+                                     output_index=index))
         out.append(S.OutputAudioTranscriptDone(event_id=ids("event"), response_id=rid,
-                                               item_id=iid, transcript=text))
+                                               item_id=iid, output_index=index,
+                                               transcript=text))
     else:
         out.append(S.OutputTextDone(event_id=ids("event"), response_id=rid, item_id=iid,
-                                    text=text))
+                                    output_index=index, text=text))
     out.append(S.ContentPartDone(event_id=ids("event"), response_id=rid, item_id=iid,
-                                 part=active.part()))
-    out.append(S.OutputItemDone(event_id=ids("event"), response_id=rid,
+                                 output_index=index, part=active.part()))
+    out.append(S.OutputItemDone(event_id=ids("event"), response_id=rid, output_index=index,
                                 item=active.item.to_item()))
     out.append(S.ConversationItemDone(event_id=ids("event"),
-                                      previous_item_id=active.previous_item_id,
+                                      previous_item_id=active.item.previous_item_id,
                                       item=active.item.to_item()))
+    return out
+
+
+def function_call_events(active: ActiveResponse, call: ItemRecord, ids: IdFactory
+                         ) -> list[Any]:
+    """A ``function_call`` item of the response (already among its ``outputs``), from
+    ``response.output_item.added`` to ``conversation.item.done``: the arguments come
+    whole, as one delta. Marks ``call`` completed."""
+    rid, iid, index = active.response_id, call.item_id, active.index_of(call)
+    started = S.FunctionCallItem(id=iid, status="in_progress", call_id=call.call_id,
+                                 name=call.name)
+    out: list[Any] = [
+        S.OutputItemAdded(event_id=ids("event"), response_id=rid, output_index=index,
+                          item=started),
+        S.ConversationItemAdded(event_id=ids("event"), previous_item_id=call.previous_item_id,
+                                item=started),
+    ]
+    if call.arguments:
+        out.append(S.FunctionCallArgumentsDelta(event_id=ids("event"), response_id=rid,
+                                                item_id=iid, output_index=index,
+                                                call_id=call.call_id, delta=call.arguments))
+    out.append(S.FunctionCallArgumentsDone(event_id=ids("event"), response_id=rid, item_id=iid,
+                                           output_index=index, call_id=call.call_id,
+                                           name=call.name, arguments=call.arguments))
+    call.status = "completed"
+    out.append(S.OutputItemDone(event_id=ids("event"), response_id=rid, output_index=index,
+                                item=call.to_item()))
+    out.append(S.ConversationItemDone(event_id=ids("event"),
+                                      previous_item_id=call.previous_item_id,
+                                      item=call.to_item()))
+    return out
+
+
+def done_event(active: ActiveResponse, finished: B.ResponseFinished, ids: IdFactory
+               ) -> S.ResponseDone:
+    """``response.done``, listing the response's output items."""
     u = finished.usage
     usage = S.Usage(
         total_tokens=u.input_tokens + u.output_tokens,
@@ -175,7 +264,6 @@ def closing_events(active: ActiveResponse, finished: B.ResponseFinished, ids: Id
     details = None
     if finished.status != "completed":
         details = S.StatusDetails(type=finished.status, reason=finished.reason)
-    out.append(S.ResponseDone(event_id=ids("event"),
-                              response=active.response(finished.status, details=details,
-                                                       usage=usage)))
-    return out
+    return S.ResponseDone(event_id=ids("event"),
+                          response=active.response(finished.status, details=details,
+                                                   usage=usage))

@@ -19,7 +19,10 @@ from pydantic import Field
 from assistant.serve.protocol.server_objects import (
     AudioFormat,
     ContentPart,
+    ConversationItem,
     ErrorDetail,
+    FunctionCallItem,
+    FunctionCallOutputItem,
     InputTokenDetails,
     Item,
     OutputTokenDetails,
@@ -29,7 +32,9 @@ from assistant.serve.protocol.server_objects import (
     SessionAudio,
     SessionAudioInput,
     SessionAudioOutput,
+    SessionTool,
     StatusDetails,
+    ToolChoiceFunction,
     TranscriptionConfig,
     TranscriptionUsage,
     TurnDetection,
@@ -46,6 +51,8 @@ __all__ = [
     "SessionAudioInput",
     "SessionAudioOutput",
     "SessionAudio",
+    "SessionTool",
+    "ToolChoiceFunction",
     "Session",
     "SessionCreated",
     "SessionUpdated",
@@ -55,6 +62,9 @@ __all__ = [
     "InputAudioBufferCleared",
     "ContentPart",
     "Item",
+    "FunctionCallItem",
+    "FunctionCallOutputItem",
+    "ConversationItem",
     "ConversationItemAdded",
     "ConversationItemDone",
     "ConversationItemRetrieved",
@@ -79,6 +89,8 @@ __all__ = [
     "OutputAudioTranscriptDone",
     "OutputTextDelta",
     "OutputTextDone",
+    "FunctionCallArgumentsDelta",
+    "FunctionCallArgumentsDone",
     "ServerEvent",
     "SERVER_EVENT_TYPES",
 ]
@@ -147,7 +159,7 @@ class ConversationItemAdded:
     type: Literal["conversation.item.added"] = "conversation.item.added"
     event_id: str
     previous_item_id: str | None = None
-    item: Item
+    item: ConversationItem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -158,14 +170,14 @@ class ConversationItemDone:
     type: Literal["conversation.item.done"] = "conversation.item.done"
     event_id: str
     previous_item_id: str | None = None
-    item: Item
+    item: ConversationItem
 
 
 @dataclass(frozen=True, kw_only=True)
 class ConversationItemRetrieved:
     type: Literal["conversation.item.retrieved"] = "conversation.item.retrieved"
     event_id: str
-    item: Item
+    item: ConversationItem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -220,7 +232,7 @@ class OutputItemAdded:
     event_id: str
     response_id: str
     output_index: int = 0
-    item: Item
+    item: ConversationItem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,7 +241,7 @@ class OutputItemDone:
     event_id: str
     response_id: str
     output_index: int = 0
-    item: Item
+    item: ConversationItem
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -324,6 +336,37 @@ class OutputTextDone:
     text: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class FunctionCallArgumentsDelta:
+    """Part of a function call's arguments (JSON text)."""
+
+    type: Literal["response.function_call_arguments.delta"] = (
+        "response.function_call_arguments.delta"
+    )
+    event_id: str
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    call_id: str
+    delta: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class FunctionCallArgumentsDone:
+    """A function call's arguments are complete (``name``: GA only)."""
+
+    type: Literal["response.function_call_arguments.done"] = (
+        "response.function_call_arguments.done"
+    )
+    event_id: str
+    response_id: str
+    item_id: str
+    output_index: int = 0
+    call_id: str
+    name: str
+    arguments: str
+
+
 ServerEvent = Annotated[
     Error
     | SessionCreated
@@ -349,7 +392,9 @@ ServerEvent = Annotated[
     | OutputAudioTranscriptDelta
     | OutputAudioTranscriptDone
     | OutputTextDelta
-    | OutputTextDone,
+    | OutputTextDone
+    | FunctionCallArgumentsDelta
+    | FunctionCallArgumentsDone,
     Field(discriminator="type"),
 ]
 
@@ -379,4 +424,6 @@ SERVER_EVENT_TYPES: tuple[type, ...] = (
     OutputAudioTranscriptDone,
     OutputTextDelta,
     OutputTextDone,
+    FunctionCallArgumentsDelta,
+    FunctionCallArgumentsDone,
 )

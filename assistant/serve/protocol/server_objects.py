@@ -5,7 +5,9 @@ parts, responses, usage, errors. The events that carry them are in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 __all__ = [
     "ErrorDetail",
@@ -16,9 +18,14 @@ __all__ = [
     "SessionAudioInput",
     "SessionAudioOutput",
     "SessionAudio",
+    "SessionTool",
+    "ToolChoiceFunction",
     "Session",
     "ContentPart",
     "Item",
+    "FunctionCallItem",
+    "FunctionCallOutputItem",
+    "ConversationItem",
     "TranscriptionUsage",
     "InputTokenDetails",
     "OutputTokenDetails",
@@ -98,6 +105,25 @@ class SessionAudio:
 
 
 @dataclass(frozen=True, kw_only=True)
+class SessionTool:
+    """A function tool of the session (the client's definition, as checked)."""
+
+    type: Literal["function"] = "function"
+    name: str
+    description: str = ""
+    parameters: dict[str, Any]
+    """JSON schema of the arguments."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolChoiceFunction:
+    """``tool_choice`` naming the function the model must call."""
+
+    type: Literal["function"] = "function"
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Session:
     """The effective session configuration (GA shape)."""
 
@@ -109,6 +135,8 @@ class Session:
     instructions: str
     max_output_tokens: int | Literal["inf"] = "inf"
     audio: SessionAudio
+    tools: tuple[SessionTool, ...] = ()
+    tool_choice: Literal["auto", "none", "required"] | ToolChoiceFunction = "auto"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -131,6 +159,37 @@ class Item:
     status: Literal["completed", "incomplete", "in_progress"] = "completed"
     role: Literal["user", "assistant", "system"]
     content: tuple[ContentPart, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FunctionCallItem:
+    """A reply's call of one of the client's tools."""
+
+    id: str
+    object: Literal["realtime.item"] = "realtime.item"
+    type: Literal["function_call"] = "function_call"
+    status: Literal["completed", "incomplete", "in_progress"] = "completed"
+    call_id: str
+    name: str
+    arguments: str = ""
+    """JSON text; empty while the item is in progress."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FunctionCallOutputItem:
+    """What the client's tool returned for a call."""
+
+    id: str
+    object: Literal["realtime.item"] = "realtime.item"
+    type: Literal["function_call_output"] = "function_call_output"
+    status: Literal["completed", "incomplete", "in_progress"] = "completed"
+    call_id: str
+    output: str
+
+
+ConversationItem = Annotated[Item | FunctionCallItem | FunctionCallOutputItem,
+                             Field(discriminator="type")]
+"""Any item of the conversation, told apart by ``type``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -177,7 +236,7 @@ class Response:
     object: Literal["realtime.response"] = "realtime.response"
     status: Literal["in_progress", "completed", "cancelled", "incomplete", "failed"]
     status_details: StatusDetails | None = None
-    output: tuple[Item, ...] = ()
+    output: tuple[ConversationItem, ...] = ()
     output_modalities: tuple[Modality, ...] = ("audio",)
     conversation_id: str | None = None
     max_output_tokens: int | Literal["inf"] = "inf"

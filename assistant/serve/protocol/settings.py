@@ -2,7 +2,8 @@
 
 `apply_update` merges a client's partial session (GA or beta spelling) into the current
 `SessionSettings`, refusing what we cannot honour with a `ProtocolError` that names the
-field (``session.audio.input.format.type``). `describe_session` builds the session
+field (``session.audio.input.format.type``); tools are checked in
+:mod:`~assistant.serve.protocol.tools`. `describe_session` builds the session
 object that ``session.created`` / ``session.updated`` report back.
 """
 
@@ -23,6 +24,13 @@ from assistant.serve.protocol.client_events import (
     TurnDetectionParam,
 )
 from assistant.serve.protocol.codec import ProtocolError
+from assistant.serve.protocol.tools import (
+    check_tool_choice,
+    describe_tool_choice,
+    describe_tools,
+    parse_tool_choice,
+    parse_tools,
+)
 
 __all__ = ["OPENAI_VOICES", "SEMANTIC_SILENCE_MS", "ServedModels", "apply_update", "describe_session"]
 
@@ -162,6 +170,13 @@ def apply_update(
         updates["voice"] = _voice(patch.voice, served, "session.voice")
     if patch.turn_detection is not MISSING:
         updates["turn_detection"] = _turn_detection(current.turn_detection, patch.turn_detection)
+    tools = current.tools
+    if patch.tools is not MISSING:
+        tools = updates["tools"] = parse_tools(patch.tools)
+    if patch.tool_choice is not MISSING:
+        updates["tool_choice"] = parse_tool_choice(patch.tool_choice, tools)
+    else:
+        check_tool_choice(current.tool_choice, tools, "session.tools")
     return dataclasses.replace(current, **updates)  # type: ignore[arg-type]
 
 
@@ -206,5 +221,7 @@ def describe_session(
             ),
             output=S.SessionAudioOutput(voice=settings.voice, speed=settings.speed),
         ),
+        tools=describe_tools(settings.tools),
+        tool_choice=describe_tool_choice(settings.tool_choice),
     )
 

@@ -66,7 +66,19 @@ async def _clear(s: SessionState, event: C.InputAudioBufferClear) -> None:
 
 async def _create_item(s: SessionState, event: C.ConversationItemCreate) -> None:
     item = event.item
-    if item.type != "message" or item.role is MISSING:
+    if item.id is not MISSING and item.id in s.by_id:
+        raise ProtocolError("duplicate_item_id", f"item {item.id!r} exists", param="item.id")
+    if item.type == "function_call_output":
+        await _tool_output(s, item)
+        return
+    if item.type == "function_call":
+        raise ProtocolError(
+            "unsupported_item",
+            "function_call items come from the model's replies; a client cannot add one "
+            "(send the function_call_output of a call the model made)",
+            param="item.type",
+        )
+    if item.role is MISSING:
         raise ProtocolError(
             "unsupported_item",
             "only message items with a role are supported",
@@ -81,8 +93,6 @@ async def _create_item(s: SessionState, event: C.ConversationItemCreate) -> None
                 param=f"item.content.{i}.type",
             )
         texts.append(part.text)
-    if item.id is not MISSING and item.id in s.by_id:
-        raise ProtocolError("duplicate_item_id", f"item {item.id!r} exists", param="item.id")
     item_id = s.ids("item") if item.id is MISSING else item.id
     text = " ".join(t.strip() for t in texts if t.strip())
     s.backend.add_text(item.role, text)
@@ -93,8 +103,36 @@ async def _create_item(s: SessionState, event: C.ConversationItemCreate) -> None
     await s.add_item(record)
 
 
+async def _tool_output(s: SessionState, item: C.ItemParam) -> None:
+    """What the client's tool returned for a call; the next ``response.create``
+    answers on it."""
+    if item.call_id is MISSING:
+        raise ProtocolError("missing_field", "a function_call_output needs the call_id of "
+                            "the call it answers", param="item.call_id")
+    if item.output is MISSING:
+        raise ProtocolError("missing_field", "a function_call_output needs its output",
+                            param="item.output")
+    if item.call_id not in s.calls:
+        raise ProtocolError("unknown_call_id",
+                            f"no function call with call_id {item.call_id!r} in this session",
+                            param="item.call_id")
+    if item.call_id in s.answered:
+        raise ProtocolError("duplicate_call_output",
+                            f"call {item.call_id!r} already has its output",
+                            param="item.call_id")
+    s.backend.add_tool_output(item.call_id, item.output)
+    s.answered.add(item.call_id)
+    await s.add_item(ItemRecord(item_id=s.ids("item") if item.id is MISSING else item.id,
+                                role="user", kind="function_call_output",
+                                call_id=item.call_id, output=item.output))
+
+
 async def _truncate(s: SessionState, event: C.ConversationItemTruncate) -> None:
     record = s.item(event.item_id, "item_id")
+    if record.kind == "function_call":
+        raise ProtocolError(
+            "invalid_item", "a function_call item has no audio to truncate", param="item_id"
+        )
     if record.role != "assistant" or record.response_key is None:
         raise ProtocolError(
             "invalid_item", "only assistant audio items can be truncated", param="item_id"

@@ -3,16 +3,22 @@
 One handler per `BackendEvent` type, found in :data:`BACKEND_HANDLERS`. A response's
 events come out in the API's order::
 
-    response.created, response.output_item.added, conversation.item.added,
-    response.content_part.added, (response.output_audio.delta |
-    response.output_audio_transcript.delta)*, response.output_audio.done,
-    response.output_audio_transcript.done, response.content_part.done,
-    response.output_item.done, conversation.item.done, response.done
+    response.created,
+    [response.output_item.added, conversation.item.added, response.content_part.added,
+     (response.output_audio.delta | response.output_audio_transcript.delta)*,
+     response.output_audio.done, response.output_audio_transcript.done,
+     response.content_part.done, response.output_item.done, conversation.item.done],
+    [response.output_item.added, conversation.item.added,
+     response.function_call_arguments.delta, response.function_call_arguments.done,
+     response.output_item.done, conversation.item.done]*,
+    response.done
 
-(``conversation.item.added`` is ``conversation.item.created`` for beta clients, which
-never get ``conversation.item.done``: the codec's business.) The events that open and
-close a response are :mod:`assistant.serve.protocol.responses`'s; the deltas between
-are made here.
+The message item opens with the reply's first words (a reply that says nothing and
+calls nothing still gets an empty one, when it ends); a function call closes the
+message first. (``conversation.item.added`` is ``conversation.item.created`` for beta
+clients, which never get ``conversation.item.done``: the codec's business.) The events
+that frame a response and its items are :mod:`assistant.serve.protocol.responses`'s;
+the deltas between are made here.
 """
 
 from __future__ import annotations
@@ -27,8 +33,11 @@ from assistant.serve.protocol.codec import ProtocolError
 from assistant.serve.protocol.responses import (
     ActiveResponse,
     ItemRecord,
-    closing_events,
-    opening_events,
+    created_event,
+    done_event,
+    function_call_events,
+    message_closing_events,
+    message_opening_events,
     response_shape,
 )
 from assistant.serve.session.inbound import apply_truncate
@@ -107,16 +116,44 @@ async def _on_response_started(s: SessionState, event: B.ResponseStarted) -> Non
         max_output_tokens=max_tokens,
         metadata=metadata,
         started_at=s.clock(),
-        previous_item_id=s.last_item_id,
     )
-    s.remember(item)
-    for out in opening_events(active, s.ids):
+    await s.emit(created_event(active, s.ids))
+
+
+async def _open_message(s: SessionState, active: ActiveResponse) -> None:
+    """The response's message item joins the conversation (its first words came)."""
+    active.message = "open"
+    active.item.previous_item_id = s.last_item_id
+    s.remember(active.item)
+    active.outputs.append(active.item)
+    for out in message_opening_events(active, s.ids):
         await s.emit(out)
 
 
-async def _on_text(s: SessionState, event: B.ResponseText) -> None:
+async def _close_message(s: SessionState, active: ActiveResponse) -> None:
+    """The message item is done, complete (a call follows it, or the reply ended
+    with all of it said)."""
+    active.message = "closed"
+    for out in message_closing_events(active, s.ids):
+        await s.emit(out)
+
+
+async def _speaking(s: SessionState, response_key: int) -> ActiveResponse | None:
+    """The response in progress if it is ``response_key`` and its message takes more
+    words (opened now if these are the first)."""
     active = s.active
-    if active is None or event.response_key != active.key or not event.delta:
+    if active is None or response_key != active.key or active.message == "closed":
+        return None
+    if active.message == "pending":
+        await _open_message(s, active)
+    return active
+
+
+async def _on_text(s: SessionState, event: B.ResponseText) -> None:
+    if not event.delta:
+        return
+    active = await _speaking(s, event.response_key)
+    if active is None:
         return
     active.text.append(event.delta)
     active.item.transcript = "".join(active.text)
@@ -126,6 +163,7 @@ async def _on_text(s: SessionState, event: B.ResponseText) -> None:
             event_id=s.ids("event"),
             response_id=active.response_id,
             item_id=active.item.item_id,
+            output_index=active.index_of(active.item),
             delta=event.delta,
         )
     )
@@ -133,9 +171,11 @@ async def _on_text(s: SessionState, event: B.ResponseText) -> None:
 
 async def _on_audio(s: SessionState, event: B.ResponseAudio) -> None:
     active = s.active
-    if active is None or event.response_key != active.key or not event.pcm:
+    if (active is None or event.response_key != active.key or not event.pcm
+            or active.item.kind != "output_audio"):
         return
-    if active.item.kind != "output_audio":
+    active = await _speaking(s, event.response_key)
+    if active is None:
         return
     if not active.first_audio:
         active.first_audio = True
@@ -151,9 +191,30 @@ async def _on_audio(s: SessionState, event: B.ResponseAudio) -> None:
             event_id=s.ids("event"),
             response_id=active.response_id,
             item_id=active.item.item_id,
+            output_index=active.index_of(active.item),
             delta=base64.b64encode(event.pcm).decode("ascii"),
         )
     )
+
+
+async def _on_function_call(s: SessionState, event: B.ResponseFunctionCall) -> None:
+    active = s.active
+    if active is None or event.response_key != active.key:
+        return
+    if active.message == "open":
+        active.item.transcript = "".join(active.text).rstrip()  # what was said before it
+        active.item.status = "completed"
+        await _close_message(s, active)
+    active.message = "closed"  # nothing said before the call: no message item
+    call = ItemRecord(item_id=s.ids("item"), role="assistant", kind="function_call",
+                      status="in_progress", response_key=event.response_key,
+                      previous_item_id=s.last_item_id, call_id=event.call_id,
+                      name=event.name, arguments=event.arguments)
+    s.remember(call)
+    s.calls[event.call_id] = call
+    active.outputs.append(call)
+    for out in function_call_events(active, call, s.ids):
+        await s.emit(out)
 
 
 async def _on_response_finished(s: SessionState, event: B.ResponseFinished) -> None:
@@ -162,14 +223,17 @@ async def _on_response_finished(s: SessionState, event: B.ResponseFinished) -> N
         return
     s.active = None
     item = active.item
-    # A completed response keeps everything it said; a cut one exactly what was
-    # heard -- which may be nothing (never fall back to the unspoken text).
-    item.transcript = (event.text or "".join(active.text) if event.status == "completed"
-                       else event.text)
-    item.status = "completed" if event.status == "completed" else "incomplete"
+    if active.message == "pending" and not active.calls:
+        await _open_message(s, active)  # a reply that said nothing still has its item
+    if active.message == "open":
+        # A completed response keeps everything it said; a cut one exactly what was
+        # heard -- which may be nothing (never fall back to the unspoken text).
+        item.transcript = (event.text or "".join(active.text) if event.status == "completed"
+                           else event.text)
+        item.status = "completed" if event.status == "completed" else "incomplete"
+        await _close_message(s, active)
     s.metrics.responses.labels(status=event.status).inc()
-    for out in closing_events(active, event, s.ids):
-        await s.emit(out)
+    await s.emit(done_event(active, event, s.ids))
     if active.pending_truncate is not None:
         try:
             await apply_truncate(s, item, active.pending_truncate)
@@ -189,6 +253,7 @@ BACKEND_HANDLERS: dict[type, BackendHandler] = {
     B.InputCommitted: _on_committed,
     B.UserTranscript: _on_transcript,
     B.ResponseStarted: _on_response_started,
+    B.ResponseFunctionCall: _on_function_call,
     B.ResponseFinished: _on_response_finished,
     B.BackendFailure: _on_failure,
 }

@@ -58,6 +58,10 @@ class SessionState:
     """``response.create``'s parameters by response key, until the response starts."""
     active: ActiveResponse | None = None
     """The response in progress."""
+    calls: dict[str, ItemRecord] = field(default_factory=dict)
+    """The function calls of this session's responses by ``call_id``."""
+    answered: set[str] = field(default_factory=set)
+    """``call_id`` s the client gave an output for."""
     speech_stopped_at: float | None = None
     """When the user last stopped speaking (seconds on ``clock``), until the reply's
     first audio measures voice-to-voice latency from it."""
@@ -79,9 +83,9 @@ class SessionState:
         self.by_id[record.item_id] = record
 
     async def add_item(self, record: ItemRecord) -> None:
-        """A user item: added and, being complete (its transcript follows on its own
-        events), done at once."""
-        previous = self.last_item_id
+        """A client's item (committed audio, created text, a tool's output): added and,
+        being complete (a transcript follows on its own events), done at once."""
+        previous = record.previous_item_id = self.last_item_id
         self.remember(record)
         item = record.to_item()
         await self.emit(
