@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from audio.smart_turn import SmartTurn
     from audio.streaming_asr import StreamingASROptions, StreamingTranscriber
 
-__all__ = ["AsrPartial", "AsrPreview", "AsrFinal", "AsrAudioScore", "AsrWorker"]
+__all__ = ["AsrPartial", "AsrPreview", "AsrOnsetPreview", "AsrFinal", "AsrAudioScore",
+           "AsrWorker"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,17 @@ class AsrPartial:
 @dataclass(frozen=True)
 class AsrPreview:
     """What the final transcript would be if the utterance ended at ``end_sample``."""
+
+    utt_id: int
+    text: str
+    end_sample: int
+    word_p: float = 1.0
+
+
+@dataclass(frozen=True)
+class AsrOnsetPreview:
+    """The decode made at a silence's onset (:meth:`AsrWorker.prepare`): what the preview
+    will be if the silence becomes a pause (and the final, if it ends the turn)."""
 
     utt_id: int
     text: str
@@ -168,14 +180,19 @@ class AsrWorker(Worker):
                 utt.partials = not hold
         self.submit(command, priority="control")
 
-    def prepare(self, utt_id: int, end_sample: int, *, with_p: bool = False) -> None:
-        """Decode up to ``end_sample`` and keep it, posting nothing: the preview (or the
-        final) of the same audio, if asked for, is then ready at once."""
+    def prepare(self, utt_id: int, end_sample: int, *, with_p: bool = False,
+                post: bool = False) -> None:
+        """Decode up to ``end_sample`` and keep it: the preview (or the final) of the same
+        audio, if asked for, is then ready at once. ``post``: also post it now
+        (:class:`AsrOnsetPreview`, for a speculation that need not wait for the pause)."""
         # Normal priority on purpose: the audio up to end_sample is in earlier feeds.
         def command() -> None:
             utt = self._utts.get(utt_id)
             if utt is not None:
-                self._preview_decode(utt, end_sample, with_p)
+                decoded = self._preview_decode(utt, end_sample, with_p)
+                if post:
+                    self.post(AsrOnsetPreview(utt_id, decoded.text, end_sample,
+                                              decoded.word_p))
         self.submit(command)
 
     def preview(self, utt_id: int, end_sample: int, *, with_p: bool = False) -> None:

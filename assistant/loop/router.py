@@ -21,7 +21,13 @@ from assistant.dialogue.types import (
 )
 from assistant.llm.host import EngineFailed
 from assistant.loop import event_log as log
-from assistant.loop.asr_worker import AsrAudioScore, AsrFinal, AsrPartial, AsrPreview
+from assistant.loop.asr_worker import (
+    AsrAudioScore,
+    AsrFinal,
+    AsrOnsetPreview,
+    AsrPartial,
+    AsrPreview,
+)
 from assistant.loop.engine_client import TurnWithdrawn
 from assistant.loop.parts import LoopParts
 from assistant.loop.tool_worker import SayText, ToolsDone
@@ -39,6 +45,7 @@ from assistant.turns.events import (
     FinalizeUtterance,
     FinalTranscript,
     InterimTranscript,
+    OnsetTranscript,
     PartialTranscript,
     PauseReply,
     PlaybackDone,
@@ -111,6 +118,11 @@ def _asr_partial(p: LoopParts, item: AsrPartial) -> None:
 def _asr_preview(p: LoopParts, item: AsrPreview) -> None:
     if p.utterances.is_current(item.utt_id):
         p.turn_input(PartialTranscript(p.now_ms(), item.text, item.word_p))
+
+
+def _asr_onset_preview(p: LoopParts, item: AsrOnsetPreview) -> None:
+    if p.utterances.is_current(item.utt_id):
+        p.turn_input(OnsetTranscript(p.now_ms(), item.text, item.word_p))
 
 
 def _asr_audio_score(p: LoopParts, item: AsrAudioScore) -> None:
@@ -248,6 +260,7 @@ _OUTPUTS: dict[type, Callable[[LoopParts, Any], None]] = {
     EngineFailed: _engine_failed,
     AsrPartial: _asr_partial,
     AsrPreview: _asr_preview,
+    AsrOnsetPreview: _asr_onset_preview,
     AsrAudioScore: _asr_audio_score,
     AsrFinal: _asr_final,
     TurnStart: _turn_start,
@@ -310,8 +323,9 @@ def _start_speculation(p: LoopParts, action: StartSpeculation, cause: TurnInput)
 def _cancel_speculation(p: LoopParts, action: CancelSpeculation, cause: TurnInput) -> None:
     now = p.now_ms()
     old = p.spec_texts.pop(action.spec_id, "")
-    if isinstance(cause, PartialTranscript):
-        # The transcript grew past what was speculated: a miss.
+    if action.missed and isinstance(cause, PartialTranscript | OnsetTranscript):
+        # The transcript grew past what was speculated at a pause: a miss. (Replaced
+        # before its silence counted as a pause: the user went on, a cancel.)
         p.emit(log.SpeculationMissEntry(now, action.spec_id, None, old, cause.text, 0,
                                         reason="superseded"))
     else:

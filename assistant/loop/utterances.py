@@ -9,6 +9,7 @@ partial re-decode is in flight on the worker when the pause asks for the preview
 decodes that preview's audio early, when the silence starts (``vad.pause_onset_ms``):
 on a 2-core CPU the decode takes ~150 ms, which then runs while the pause is still
 being confirmed, not after it (the tail is at most the onset, so its audio is there).
+That early decode is posted too, so a speculation can start on it at once.
 
 Pure bookkeeping over an :class:`~assistant.loop.asr_worker.AsrWorker`; runs on the
 event loop.
@@ -100,10 +101,12 @@ class UtteranceTracker:
 
     def paused(self, pause_start_sample: int, tail_ms: int, *, with_p: bool = False) -> None:
         """The speech went quiet at ``pause_start_sample`` (a pause may be starting):
-        decode what its preview will (see :func:`decode_tail_ms`), posting nothing."""
+        decode what its preview will (see :func:`decode_tail_ms`) and post it as an
+        :class:`~assistant.loop.asr_worker.AsrOnsetPreview` (a speculation may start on
+        it before the pause counts)."""
         if self._utt is not None and self._utt.end_sample is None:
             self.asr.prepare(self._utt.utt_id, self._end(pause_start_sample, tail_ms),
-                             with_p=with_p)
+                             with_p=with_p, post=True)
 
     def short_pause(self, pause_start_sample: int, tail_ms: int) -> None:
         """A pause began at ``pause_start_sample``: a preview decodes up to it plus the

@@ -8,7 +8,8 @@ clock (``t_ms``), never wall-clock time read inside logic.
 
 Inputs (what happened):
     SpeechStarted, VoiceFrame, ShortPause, SpeechResumed, EndOfTurn   -- from VAD
-    PartialTranscript, FinalTranscript, InterimTranscript             -- from ASR
+    PartialTranscript, FinalTranscript, InterimTranscript,
+    OnsetTranscript                                                   -- from ASR
     AudioCompleteness                                                 -- from ASR's thread
     TurnCompleteness                                                  -- from the engine
     AudioStarted, PlaybackDone                                        -- from the player
@@ -44,6 +45,7 @@ __all__ = [
     "SpeechResumed",
     "EndOfTurn",
     "PartialTranscript",
+    "OnsetTranscript",
     "FinalTranscript",
     "InterimTranscript",
     "TurnCompleteness",
@@ -148,6 +150,17 @@ class PartialTranscript:
 
 
 @dataclass(frozen=True)
+class OnsetTranscript:
+    """What the open utterance said up to where it went quiet, decoded from the onset of
+    the silence (``vad.pause_onset_ms``), before the pause counts: if the silence becomes
+    a pause (or the end of the turn), its preview is this same decode."""
+
+    t_ms: int
+    text: str
+    word_p: float = 1.0
+
+
+@dataclass(frozen=True)
 class InterimTranscript:
     """A display partial of the open utterance (re-decoded while the user talks): used
     only to tell a real interruption from a backchannel early."""
@@ -238,6 +251,7 @@ TurnInput = (
     | SpeechResumed
     | EndOfTurn
     | PartialTranscript
+    | OnsetTranscript
     | FinalTranscript
     | InterimTranscript
     | TurnCompleteness
@@ -306,6 +320,9 @@ class CancelSpeculation:
     """Drop speculation ``spec_id`` (idempotent; unknown ids are ignored)."""
 
     spec_id: int
+    missed: bool = False
+    """Replaced by new words after it was live at a pause (a miss); else the user went on
+    before its silence counted as one, or it was simply dropped."""
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,9 @@
 end-of-turn evidence, for :class:`~assistant.turns.turn_manager.TurnManager`.
 
 At each short pause of the user's turn the manager asks for a partial transcript; a
-partial with new words starts a speculation (replacing the last one). With the semantic
+partial with new words starts a speculation (replacing the last one). So does the
+transcript decoded at a silence's onset, before it counts as a pause (the end of a short
+request has no pause before it: its draft starts as the speech stops). With the semantic
 end of turn, the speculation's P(the sentence ends here) and, with the audio model on,
 the pause's P(complete) set how much silence ends the pause
 (:func:`~assistant.turns.end_of_turn.endpoint_silence_ms`). At the end of the turn the
@@ -43,6 +45,9 @@ class PauseEvidence:
         self._audio_p: float | None = None
         """The audio model's P(complete) at the current pause (numbered by `_pauses`)."""
         self._pauses = 0
+        self._in_pause = False
+        self._spec_paused = False
+        """The live speculation was live at a pause (replaced later: a miss)."""
         self._least_ms = 0
         """The shortest silence that ends this turn (see :meth:`hold_at_least`)."""
 
@@ -71,6 +76,7 @@ class PauseEvidence:
         model's score; until a score is known the fixed silence holds."""
         self._pauses += 1
         self._audio_p = None
+        self._in_pause = self._spec_paused = True
         if self._speculate:
             out.append(RequestPartial())
         if self._options.uses_audio:
@@ -83,6 +89,7 @@ class PauseEvidence:
     def speech_resumed(self) -> None:
         """The user went on: the pause's audio score no longer applies."""
         self._audio_p = None
+        self._in_pause = False
 
     def partial(self, heard: str, text: str, out: list[TurnAction]) -> None:
         """The pause's partial transcript `heard`; `text` is the whole turn's so far."""
@@ -96,7 +103,21 @@ class PauseEvidence:
             if self._options.semantic and self._score is not None:
                 self._set_silence(self._score, out)  # same words, same score
             return
-        self.cancel(out)
+        self._speculate_on(text, out)
+
+    def onset(self, heard: str, text: str, out: list[TurnAction]) -> None:
+        """The words `heard` up to where the speech went quiet, decoded at the silence's
+        onset, before it counts as a pause (`text`: the whole turn's so far). New words
+        are speculated on now: if the silence becomes a pause, its transcript is this
+        decode, so the draft and its score are there sooner (the end of the turn adopts
+        the draft); if the user goes on, the next transcript replaces it. The silence
+        that ends the turn is set at the pause, as ever."""
+        if self._speculate and heard.strip() and text != self.text:
+            self._speculate_on(text, out)
+
+    def _speculate_on(self, text: str, out: list[TurnAction]) -> None:
+        self.cancel(out, missed=self._spec_paused)
+        self._spec_paused = self._in_pause
         self.spec_id = self._next_id
         self._next_id += 1
         self.text = text
@@ -136,11 +157,12 @@ class PauseEvidence:
         self._score = None
         self._audio_p = None
         self._least_ms = 0
+        self._in_pause = self._spec_paused = False
 
-    def cancel(self, out: list[TurnAction]) -> None:
-        """Drop the live speculation, if any."""
+    def cancel(self, out: list[TurnAction], *, missed: bool = False) -> None:
+        """Drop the live speculation, if any (``missed``: replaced by new words)."""
         if self.spec_id is not None:
-            out.append(CancelSpeculation(spec_id=self.spec_id))
+            out.append(CancelSpeculation(spec_id=self.spec_id, missed=missed))
         self.spec_id = None
         self.text = ""
         self._score = None

@@ -14,7 +14,9 @@ Rules
 - At each short pause inside the user's turn the manager asks ASR for a partial and,
   when the partial says something new, starts a speculation on it (replacing the
   previous one). At end of turn the latest speculation is handed to the response, which
-  adopts or drops it. (What was said and scored at the pauses, and which scores are
+  adopts or drops it. The transcript decoded at a silence's onset (before it counts as
+  a pause, :class:`OnsetTranscript`) starts the speculation as soon as it is there; the
+  pause's own transcript, the same decode, then finds it started. (What was said and scored at the pauses, and which scores are
   stale, is kept by :class:`~assistant.turns.pause_evidence.PauseEvidence`.)
 - With the semantic end of turn (:mod:`assistant.turns.end_of_turn`), the speculation's
   P(the sentence ends here) sets how much silence ends this pause
@@ -43,6 +45,7 @@ from assistant.turns.events import (
     FinalTranscript,
     InterimTranscript,
     Interrupt,
+    OnsetTranscript,
     PartialTranscript,
     PlaybackDone,
     ShortPause,
@@ -211,6 +214,11 @@ class TurnManager(OverReply):
             return
         self._evidence.partial(ev.text, join_text(self._prefix, ev.text), out)
 
+    def _on_onset(self, ev: OnsetTranscript, out: list[TurnAction]) -> None:
+        if self._state is not State.USER_SPEAKING or self.hears_over_reply:
+            return  # speech over the reply decides at its pause, on its own rules
+        self._evidence.onset(ev.text, join_text(self._prefix, ev.text), out)
+
     def _on_completeness(self, ev: TurnCompleteness, out: list[TurnAction]) -> None:
         if self._state is not State.USER_SPEAKING:
             return  # a stale score (the turn already ended)
@@ -302,6 +310,7 @@ _HANDLERS: dict[type, Callable[[TurnManager, Any, list[TurnAction]], None]] = {
     EndOfTurn: TurnManager._on_end_of_turn,
     TurnRulesChanged: TurnManager._on_rules_changed,
     PartialTranscript: TurnManager._on_partial,
+    OnsetTranscript: TurnManager._on_onset,
     InterimTranscript: TurnManager._on_interim,
     FinalTranscript: TurnManager._on_final,
     TurnCompleteness: TurnManager._on_completeness,

@@ -85,7 +85,7 @@ def test_speculation_at_short_pause_is_handed_to_the_response() -> None:
         (PartialTranscript(1300, "what is the"), [], U),  # talking again
         (ShortPause(1600), [RequestPartial()], U),
         (PartialTranscript(1650, "what is the time"),
-         [CancelSpeculation(1), StartSpeculation(2, "what is the time")], U),
+         [CancelSpeculation(1, missed=True), StartSpeculation(2, "what is the time")], U),
         (EndOfTurn(2000, speech_end_ms=1400), [FinalizeUtterance(), sc(2000, U, T)], T),
         (FinalTranscript(2050, "What is the time?"),
          [StartResponse(1, "What is the time?", 2, 1400)], T),

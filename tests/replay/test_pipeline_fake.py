@@ -70,7 +70,7 @@ class FakeRun:
 
 async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize: bool,
                transcriber: CountingTranscriber, clock: VirtualClock | None = None,
-               gate: StepGate | None = None) -> FakeRun:
+               gate: StepGate | None = None, score_end_of_turn: bool = False) -> FakeRun:
     clock = clock or VirtualClock(RATE)
     synth = ToneSynthesizer()
     sink = WavSink(tmp / "heard.wav", clock, RATE)
@@ -78,7 +78,8 @@ async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize:
     host = EngineHost(LocalBackend(engine), gate=gate)
     outputs: list[out.ConversationEvent] = []
     pipeline = Pipeline(
-        host=host, dialogue=scripted_dialogue(template), transcriber=transcriber,
+        host=host, dialogue=scripted_dialogue(template, score_end_of_turn=score_end_of_turn),
+        transcriber=transcriber,
         synthesizer=synth,
         turn_manager=TurnManager(turns), listener=Listener(VAD, None, ToneClassifier()),
         clock=clock, sink=sink, asr_options=StreamingASROptions(), clauses=ClauseRule(min_chars=6),
@@ -270,8 +271,9 @@ class _WhenTranscriber(CountingTranscriber):
 def test_a_pause_is_transcribed_from_its_onset_and_that_decode_is_the_final(
         tmp_path: Path) -> None:
     # Speech 300-1100 ms: at 100 ms of silence (vad.pause_onset_ms) the utterance (from 0:
-    # 300 ms of prefix padding) plus 100 ms of tail is decoded; the pause counts at 200 ms
-    # and its preview, the speculation and the final use that decode: no other of it.
+    # 300 ms of prefix padding) plus 100 ms of tail is decoded and the speculation starts
+    # on it; the pause counts at 200 ms and its preview and the final use that decode: no
+    # other of it.
     clock = VirtualClock(RATE)
     asr = _WhenTranscriber(clock)
     signal = np.concatenate([silence(300), voice(800), silence(400)])
@@ -281,7 +283,7 @@ def test_a_pause_is_transcribed_from_its_onset_and_that_decode_is_the_final(
     pause = r.of(log.PauseEntry)
     assert [p.t_ms for p in pause] == [1300]
     spec = r.of(log.SpeculationStartedEntry)
-    assert [s.t_ms for s in spec] == [1300] and spec[0].text
+    assert [s.t_ms for s in spec] == [1200] and spec[0].text  # at the onset's decode
     assert r.of(log.TranscriptFinalEntry)[0].text == spec[0].text
     assert r.of(log.ResponseStartedEntry)[0].speculation == "hit"
 
