@@ -332,3 +332,29 @@ def test_sdk_spoken_request_calls_a_tool_and_hears_the_spoken_answer(serve_runti
         run(main(), timeout=180)
     finally:
         runtime.close()
+
+
+def test_each_session_of_a_daemon_with_its_own_tools_has_its_own_timers() -> None:
+    """tools.enabled on the daemon: every session runs them, each with its own timer
+    service (a timer set in one session is announced in that one only)."""
+    runtime = scripted_runtime(overrides={"tools.enabled": ["builtin:set_timer"]})
+
+    async def main() -> None:
+        settings = _manual(runtime)
+        a, b = runtime.backend_factory(settings), runtime.backend_factory(settings)
+        try:
+            # The conversations' settings are the backends' own (read for the test).
+            ta = (await a._ensure_ready()).settings.tools
+            tb = (await b._ensure_ready()).settings.tools
+            assert ta is not None and tb is not None
+            assert ta.registry.names == tb.registry.names == ("set_timer",)
+            assert ta.timers is not None and tb.timers is not None
+            assert ta.timers is not tb.timers
+        finally:
+            await a.aclose()
+            await b.aclose()
+
+    try:
+        run(main())
+    finally:
+        runtime.close()

@@ -46,6 +46,7 @@ ending as ``cancelled`` / ``turn_detected``, cut to the audio it had played.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Literal
@@ -54,6 +55,7 @@ import numpy as np
 import numpy.typing as npt
 
 from assistant.loop import event_log as L
+from assistant.loop.setup import local_tools
 from assistant.loop.tasks import cancel_and_wait
 from assistant.serve.backend import contract as B
 from assistant.serve.backend.client_turns import ClientTurns
@@ -98,6 +100,8 @@ class PipelineBackend:
                                  keeps_sent=self._client_keeps_playing)
         self._cut_reported = False
         """A cut the client reports itself (``conversation.item.truncate``) is in progress."""
+        self._local_tools = None if runtime.settings.tools is None else local_tools(runtime.cfg)
+        """The daemon's own tools (``tools.enabled``), this session's: its own timers."""
         self._pipeline: Conversation | None = None
         self._ready = asyncio.Event()
         self._closed = False
@@ -144,7 +148,8 @@ class PipelineBackend:
             self._events.put_nowait(None)
 
     def _conversation_settings(self, settings: B.SessionSettings) -> ConversationSettings:
-        return conversation_settings(self._rt.settings, settings)
+        return dataclasses.replace(conversation_settings(self._rt.settings, settings),
+                                   tools=self._local_tools)
 
     def _build(self, settings: B.SessionSettings) -> Conversation:
         from assistant.loop.conversation import Conversation
