@@ -126,11 +126,14 @@ class PauseEvidence:
     def scored(self, spec_id: int, p_end: float, *, paused: bool,
                out: list[TurnAction]) -> None:
         """The speculation `spec_id`'s P(the sentence ends here); stale ones are ignored.
-        `paused`: the user's turn is still in the pause it was asked at."""
+        `paused`: the user's turn is still in the pause it was asked at. A speculation
+        started at a silence's onset is scored before that silence counts as a pause: the
+        silence it sets is told all the same (the VAD keeps no limit outside a pause; the
+        pause's transcript, the same words, sets it again at the pause)."""
         if spec_id != self.spec_id:
             return  # the words changed since
         self._score = p_end
-        if self._options.semantic and paused:
+        if self._options.semantic and (paused or not self._spec_paused):
             self._set_silence(p_end, out)
 
     def audio_scored(self, pause: int, p_complete: float, out: list[TurnAction]) -> bool:

@@ -36,7 +36,7 @@ def test_a_short_request_is_drafted_from_the_silence_onset_and_adopted(
     # The turn ends by the score's silence (set at the pause), not the fixed fallback.
     assert score.p_end is not None
     wait = endpoint_silence_ms(score.p_end, turns.end_of_turn, spec.text)
-    assert wait != turns.end_of_turn.fallback_ms
+    assert wait != turns.end_of_turn.fallback_ms and score.silence_ms == wait
     assert 0 <= stopped.t_ms - stopped.speech_end_ms - wait <= 20  # (a 20 ms VAD frame)
     (hit,) = r.of(log.SpeculationHitEntry)
     assert hit.spec_id == spec.spec_id
