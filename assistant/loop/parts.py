@@ -51,6 +51,8 @@ class LoopParts:
     """Per-response ``max_new_tokens`` by turn id (that response only)."""
     tool_results: dict[int, tuple[tuple[str, str], ...]] = field(default_factory=dict)
     """By turn id: the turn is these tool results ``(name, output)``, not user words."""
+    open_turns: set[int] = field(default_factory=set)
+    """Replies started and not closed (or withdrawn) yet on the engine thread."""
     said: dict[int, str] = field(default_factory=dict)
     """By turn id: the reply is this given text (a filler, a timer), not generated."""
 

@@ -245,9 +245,11 @@ class Pipeline:
             start += n
 
     def is_idle(self) -> bool:
-        """Listening, nothing open, nothing playing or pending."""
+        """Listening, nothing open, nothing playing or pending: every reply closed, no
+        tool running."""
         return (self.tm.state is State.LISTENING and self.playback.current is None
-                and self.utterances.settled)
+                and self.utterances.settled and not self.parts.open_turns
+                and not self.tools.busy)
 
     async def settle(self) -> None:
         """Wait until no worker has work and every output was handled."""

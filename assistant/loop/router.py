@@ -198,6 +198,7 @@ def _speech_done(p: LoopParts, item: SpeechDone) -> None:
 
 
 def _turn_closed(p: LoopParts, closed: TurnClosed) -> None:
+    p.open_turns.discard(closed.turn_id)
     now, turn = p.now_ms(), closed.turn
     if turn.interrupted:
         p.emit(log.TruncatedEntry(now, closed.turn_id, closed.generated_text, turn.text,
@@ -252,6 +253,7 @@ def _say(p: LoopParts, item: SayText) -> None:
 
 
 def _turn_withdrawn(p: LoopParts, item: TurnWithdrawn) -> None:
+    p.open_turns.discard(item.turn_id)
     p.emit(log.ResponseWithdrawnEntry(p.now_ms(), item.turn_id))
 
 
@@ -334,6 +336,7 @@ def _cancel_speculation(p: LoopParts, action: CancelSpeculation, cause: TurnInpu
 
 
 def _start_response(p: LoopParts, action: StartResponse, cause: TurnInput) -> None:
+    p.open_turns.add(action.turn_id)
     now = p.now_ms()
     endpoint = p.last_end.t_ms if p.last_end is not None else now
     p.playback.start(action.turn_id, speech_end_ms=action.speech_end_ms, endpoint_ms=endpoint)

@@ -147,21 +147,22 @@ class ToolWorker:
         if self._tools is None or interrupted or not (calls or error):
             return
         self._rounds += 1
-        if error is not None:  # then the reply holds no readable call
-            self._post(ToolsDone(turn_id, (("", _error(
-                f"the tool call could not be read: {error}")),)))
-            return
         if self._rounds > MAX_ROUNDS + 1:
             _log.warning("reply %d calls tools again after %d rounds: not run", turn_id,
                          MAX_ROUNDS)
             self._post(ToolsDone(turn_id, tuple(
-                (c.name, _error("not run: too many tool calls in a row")) for c in calls),
-                respond=False))
+                (c.name, _error("not run: too many tool calls in a row")) for c in calls)
+                or (("", _error("too many tool calls in a row")),), respond=False))
             return
         if self._rounds > MAX_ROUNDS:
             self._post(ToolsDone(turn_id, tuple(
                 (c.name, _error("not run: too many tool calls in a row; answer the user "
-                                "without tools")) for c in calls)))
+                                "without tools")) for c in calls) or (("", _error(
+                                    "too many tool calls in a row")),)))
+            return
+        if error is not None:  # then the reply holds no readable call
+            self._post(ToolsDone(turn_id, (("", _error(
+                f"the tool call could not be read: {error}")),)))
             return
         done: list[tuple[str, str]] = []
         self._running = (turn_id, calls, done)

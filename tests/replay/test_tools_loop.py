@@ -305,6 +305,15 @@ def test_a_model_that_keeps_calling_is_stopped(tmp_path: Path) -> None:
     assert r.in_sync  # it ended, in a consistent state
 
 
+def test_a_model_that_keeps_writing_unreadable_calls_is_stopped(tmp_path: Path) -> None:
+    r = run(lambda role, content: '<tool_call>{"name": "get_time", "argu</tool_call>',
+            _tools(get_time), tmp_path, text="What time is it?")
+    errors = [e for e in r.outputs if isinstance(e, out.ToolCallRequested)]
+    assert len(errors) == MAX_ROUNDS + 2 and all(e.error for e in errors)
+    assert not r.of(log.ToolStartedEntry)
+    assert r.in_sync
+
+
 def test_a_timer_speaks_when_it_fires(tmp_path: Path) -> None:
     clock = VirtualClock(RATE)
     timers = TimerService(lambda: clock.now_samples() / RATE)
