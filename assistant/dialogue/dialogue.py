@@ -24,7 +24,13 @@ from assistant.dialogue.live_turn import LiveTurn, reply_params
 from assistant.dialogue.prompt_in import put_prompt
 from assistant.dialogue.said import open_said_turn
 from assistant.dialogue.speculation_pool import SpeculationPool
-from assistant.dialogue.tool_prompt import forced_call_schema, retool, shown_tools, with_tools
+from assistant.dialogue.tool_prompt import (
+    any_call_schema,
+    forced_call_schema,
+    retool,
+    shown_tools,
+    with_tools,
+)
 from assistant.dialogue.types import (
     DialogueError,
     DialogueOptions,
@@ -214,7 +220,9 @@ class Dialogue:
             self.conversation.add_user(user_text, user_ids, turn_id=turn_id)
         live = LiveTurn(turn_id=turn_id, user_text=user_text, header_ids=header,
                         reply_start=base + len(prompt), reply=reply, drafted=put.drafted,
-                        calls=ToolCallDetector() if self._tools_shown else None)
+                        calls=ToolCallDetector() if self._tools_shown else None,
+                        call_schema=None if schema else any_call_schema(
+                            self._options.tools, self._options.tool_choice))
         self._live = live
         drafted = live.open_with_draft(whole=pending_done)
         if drafted is not None:
@@ -223,8 +231,9 @@ class Dialogue:
             # The turn must close inside the context.
             room = (None if self._window.limit is None else self._window.limit - len(self._seq)
                     - len(self.conversation.closing_ids(interrupted=True)))
-            live.generate(self.backend, self._seq, lambda n: self._params(
-                max_new_tokens=n, json_schema=schema), limit=limit, room=room)
+            live.generate(self.backend, self._seq, lambda n, json_schema: self._params(
+                max_new_tokens=n, json_schema=json_schema), limit=limit, room=room,
+                json_schema=schema)
         return put.turn_start(turn_id, user_text, len(prompt), spec)
 
     def collect(self) -> list[DialogueOutput]:

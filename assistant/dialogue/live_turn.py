@@ -55,6 +55,11 @@ class LiveTurn:
     """With tools: keeps a call's text out of the deltas (they are what is spoken)."""
     said: bool = False
     """A given text, not generated (:mod:`~.said`): no user message before it."""
+    call_schema: str | None = None
+    """A free reply with tools: once it opens a call, the call is decoded under this
+    JSON schema (:meth:`_constrain_call`), so its arguments are valid by construction."""
+    _restart: tuple[LLMSequence, Callable[[int, str | None], SamplingParams], int, int | None] \
+        | None = None
 
     @property
     def calling(self) -> bool:
@@ -80,14 +85,48 @@ class LiveTurn:
                           done=whole, finish_reason=self.finish_reason)
 
     def generate(self, backend: LLMBackend, seq: LLMSequence,
-                 params: Callable[[int], SamplingParams], *, limit: int,
-                 room: int | None) -> None:
+                 params: Callable[[int, str | None], SamplingParams], *, limit: int,
+                 room: int | None, json_schema: str | None = None) -> None:
         """Start the job generating the rest of the reply: at most ``limit`` tokens in
-        all (a draft's included) and ``room`` more (the context's), at least one."""
+        all (a draft's included) and ``room`` more (the context's), at least one;
+        ``params(max_new_tokens, json_schema)``."""
+        end = None if room is None else len(seq) + room
+        self._restart = (seq, params, limit, end)
+        self._enqueue(backend, json_schema)
+
+    def _enqueue(self, backend: LLMBackend, json_schema: str | None) -> None:
+        assert self._restart is not None
+        seq, params, limit, end = self._restart
         remaining = max(1, limit - len(self.reply))
-        if room is not None:
-            remaining = max(1, min(remaining, room))
-        self.job = backend.enqueue(seq, params(remaining), priority=Priority.LIVE)
+        if end is not None:
+            remaining = max(1, min(remaining, end - len(seq)))
+        self.job = backend.enqueue(seq, params(remaining, json_schema), priority=Priority.LIVE)
+
+    def _constrain_call(self, backend: LLMBackend) -> None:
+        """The free reply just opened a call: regenerate the call from where its JSON
+        starts, under the call schema (the marker before it stays as generated)."""
+        assert self.job is not None and self._restart is not None and self.call_schema
+        text = self.reply.text
+        marker = max(text.find("<tool_call>"), text.find("<|python_tag|>"))
+        start = (text.find(">", marker) + 1) if marker >= 0 else len(text) - len(
+            text.lstrip())
+        backend.cancel(self.job)
+        self.job.take_events()
+        keep = self.reply.cut_at(start).n_tokens
+        self.reply.truncate(keep)
+        self.drafted = keep  # the ids before the job's (see sync_reply)
+        seq = self._restart[0]
+        have = len(seq) - self.reply_start  # the last sampled id may not be in it yet
+        if have > keep:
+            seq.truncate(self.reply_start + keep)
+        elif have < keep:
+            seq.extend(self.reply.ids[have:keep])
+        schema, self.call_schema = self.call_schema, None
+        try:
+            self._enqueue(backend, schema)
+        except ValueError as exc:  # the backend cannot decode under a schema
+            _log.warning("turn %d: the call is decoded unconstrained: %s", self.turn_id, exc)
+            self._enqueue(backend, None)
 
     def collect(self, backend: LLMBackend, guard: LoopGuardOptions) -> ReplyDelta | None:
         """The reply text the job produced since the last call, and whether it is done
@@ -101,10 +140,13 @@ class LiveTurn:
             self._on_finished()
         elif events and self._stop_if_looping(backend, guard):
             done = True
-        if text or done:
-            return ReplyDelta(self.turn_id, self._speech(text, done), len(self.reply),
-                              done=done, finish_reason=self.finish_reason)
-        return None
+        if not (text or done):
+            return None
+        speech = self._speech(text, done)
+        if not done and self.call_schema and self.calling:
+            self._constrain_call(backend)
+        return ReplyDelta(self.turn_id, speech, len(self.reply), done=done,
+                          finish_reason=self.finish_reason)
 
     def _speech(self, text: str, done: bool) -> str:
         """What of the reply's new ``text`` is spoken (all of it, without tools)."""

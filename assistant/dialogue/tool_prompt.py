@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from assistant.dialogue.conversation import Conversation, Turn
 
-__all__ = ["DEFAULT_TOOL_SYSTEM_PROMPT", "forced_call_schema", "retool", "shown_tools",
+__all__ = ["DEFAULT_TOOL_SYSTEM_PROMPT", "any_call_schema", "forced_call_schema", "retool", "shown_tools",
            "tools_prompt", "with_tools"]
 
 DEFAULT_TOOL_SYSTEM_PROMPT = "You are a helpful voice assistant."
@@ -91,6 +91,12 @@ def forced_call_schema(tools: Sequence[Mapping[str, Any]], tool_choice: str) -> 
     are valid by construction, and the reply is the call as a JSON object."""
     if tool_choice in ("auto", "none"):
         return None
+    return any_call_schema(tools, tool_choice)
+
+
+def any_call_schema(tools: Sequence[Mapping[str, Any]], tool_choice: str) -> str | None:
+    """The JSON schema (as JSON text) of a call of any tool shown under ``tool_choice``
+    (None: none shown): what a free reply's call is decoded under once it opens one."""
     shown = shown_tools(tools, tool_choice)
     if not shown:
         return None

@@ -87,11 +87,12 @@ async def _run(reply: Reply, tools: LocalTools | None, tmp: Path, *, text: str =
                frames: Callable[[VirtualClock], AsyncIterator[AudioChunk]] | None = None,
                definitions: tuple[dict[str, Any], ...] | None = None,
                on_output: Callable[[Pipeline, out.ConversationEvent], None] | None = None,
-               clock: VirtualClock | None = None, tool_choice: str = "auto") -> Run:
+               clock: VirtualClock | None = None, tool_choice: str = "auto",
+               constrained: bool = True) -> Run:
     clock = clock or VirtualClock(RATE)
     synth = ToneSynthesizer()
     sink = WavSink(tmp / "heard.wav", clock, RATE)
-    engine, template = tool_engine(reply, constrained=tool_choice != "auto")
+    engine, template = tool_engine(reply, constrained=constrained)
     host = EngineHost(LocalBackend(engine))
     defs = definitions if definitions is not None else (
         tuple(tools.registry.specs_for_template()) if tools else ())
@@ -150,7 +151,8 @@ def clock_reply(role: str, content: str) -> str:
 def test_a_request_that_calls_a_local_tool_is_answered_with_its_result(tmp_path: Path) -> None:
     r = run(clock_reply, _tools(get_time), tmp_path, text="What time is it?")
     assert r.roles == ["system", "user", "assistant", "tool", "assistant"]
-    assert r.history[2]["content"] == call_text("get_time")  # the call, as generated
+    # The call as generated: its JSON decoded under the call's schema, ending with it.
+    assert r.history[2]["content"] == call_text("get_time").removesuffix("</tool_call>")
     assert json.loads(r.history[3]["content"]) == {"time": "12:00"}
     assert r.history[4]["content"] == "It is 12:00 now."
     # The call was never spoken; the answer was.
@@ -289,7 +291,8 @@ def test_a_call_that_cannot_be_read_is_told_to_the_model(tmp_path: Path) -> None
             return "Sorry, that went wrong." if "could not be read" in content else "?"
         return '<tool_call>{"name": "get_time", "arguments": {</tool_call>'
 
-    r = run(reply, _tools(get_time), tmp_path, text="What time is it?")
+    # A backend that cannot decode under a schema: the call is read as written.
+    r = run(reply, _tools(get_time), tmp_path, text="What time is it?", constrained=False)
     calls = [e for e in r.outputs if isinstance(e, out.ToolCallRequested)]
     assert len(calls) == 1 and calls[0].error and not calls[0].name
     assert not r.of(log.ToolStartedEntry)
@@ -305,9 +308,24 @@ def test_a_model_that_keeps_calling_is_stopped(tmp_path: Path) -> None:
     assert r.in_sync  # it ended, in a consistent state
 
 
+def test_a_call_the_model_opens_by_itself_is_decoded_under_its_schema(tmp_path: Path) -> None:
+    """tool_choice auto: the model would write a broken call, but once it opened one
+    the rest is decoded under the call's schema, so the call is valid and runs."""
+    def reply(role: str, content: str) -> str:
+        if role == "tool":
+            return "Done."
+        return '<tool_call>{"name": "get_time", "arguments": {</tool_call>'
+
+    r = run(reply, _tools(get_time), tmp_path, text="What time is it?")
+    calls = [e for e in r.outputs if isinstance(e, out.ToolCallRequested)]
+    assert [(c.name, c.arguments, c.error) for c in calls] == [("get_time", "{}", "")]
+    assert [e.ok for e in r.of(log.ToolFinishedEntry)] == [True]
+    assert r.history[-1]["content"] == "Done."
+
+
 def test_a_model_that_keeps_writing_unreadable_calls_is_stopped(tmp_path: Path) -> None:
     r = run(lambda role, content: '<tool_call>{"name": "get_time", "argu</tool_call>',
-            _tools(get_time), tmp_path, text="What time is it?")
+            _tools(get_time), tmp_path, text="What time is it?", constrained=False)
     errors = [e for e in r.outputs if isinstance(e, out.ToolCallRequested)]
     assert len(errors) == MAX_ROUNDS + 2 and all(e.error for e in errors)
     assert not r.of(log.ToolStartedEntry)

@@ -20,11 +20,13 @@ Reply = Callable[[str, str], str]
 
 
 def call_text(name: str, **arguments: Any) -> str:
-    """A Hermes-style call, as Qwen2.5 writes one."""
-    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+    """A Hermes-style call in compact JSON (what decoding under the call's schema gives
+    after the ``<tool_call>`` marker, so the scripted model and the grammar agree)."""
+    return ("<tool_call>" + json.dumps({"name": name, "arguments": arguments},
+                                       separators=(",", ":")) + "</tool_call>")
 
 
-def tool_engine(reply: Reply, *, constrained: bool = False) -> tuple[Any, ChatTemplate]:
+def tool_engine(reply: Reply, *, constrained: bool = True) -> tuple[Any, ChatTemplate]:
     """The scripted engine; ``constrained``: it can decode under a JSON schema
     (`SamplingParams.json_schema`), over the byte tokenizer's vocabulary."""
     tok = ByteTokenizer(merges=["assistant", "user"], specials=[START, END])

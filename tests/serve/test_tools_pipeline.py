@@ -91,7 +91,7 @@ def test_a_call_goes_out_and_the_spoken_answer_uses_its_output(rt: Any, vad: boo
             context = await backend.context_text()
             asked = context.index("user: What is the weather in Oslo?\nassistant: <tool_call>")
             assert context[asked:].endswith(
-                '</tool_call>\ntool: {"temp": 21}\nassistant: It is 21 degrees in Oslo.')
+                '"city":"Oslo"}}\ntool: {"temp": 21}\nassistant: It is 21 degrees in Oslo.')
             await backend.sequence_text()  # raises unless the engine holds the history
             _check_with_sdk(h.sent)
 
@@ -129,14 +129,17 @@ def test_tool_outputs_are_recorded_before_new_user_words(rt: Any) -> None:
             done = await _ask(h, "Never mind, hi.", 2)
             assert done.response.output[0].content[0].transcript == "Hello there, how can I help?"
             assert (await backend.context_text()).endswith(
-                '</tool_call>\ntool: {"temp": 3}\nuser: Never mind, hi.\n'
+                '"city":"Oslo"}}\ntool: {"temp": 3}\nuser: Never mind, hi.\n'
                 'assistant: Hello there, how can I help?')
             await backend.sequence_text()
 
     run(main())
 
 
-def test_an_unreadable_call_is_reported_and_nothing_is_sent(rt: Any) -> None:
+def test_an_unreadable_call_is_reported_and_nothing_is_sent() -> None:
+    # An engine that cannot decode under a schema: the garbled call is read as written.
+    rt = scripted_runtime(constrained=False)
+
     async def main() -> None:
         settings = _manual(rt)
         async with harness(rt.backend_factory(settings), settings) as h:
@@ -149,7 +152,10 @@ def test_an_unreadable_call_is_reported_and_nothing_is_sent(rt: Any) -> None:
             nothing = await h.client(C.ResponseCreate())
             assert nothing is not None and nothing.code == "no_user_input"
 
-    run(main())
+    try:
+        run(main())
+    finally:
+        rt.close()
 
 
 def test_tools_on_a_conversation_started_without_instructions_are_refused(rt: Any) -> None:

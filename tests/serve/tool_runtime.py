@@ -36,14 +36,16 @@ def weather_reply(role: str, content: str) -> str:
 
 
 def scripted_runtime(reply: Reply = weather_reply, *, transcriber: Any = None,
-                     synthesizer: Any = None, overrides: dict[str, Any] | None = None) -> Any:
-    """A `ServeRuntime` over the scripted model (close it with ``.close()``)."""
+                     synthesizer: Any = None, overrides: dict[str, Any] | None = None,
+                     constrained: bool = True) -> Any:
+    """A `ServeRuntime` over the scripted model (close it with ``.close()``);
+    ``constrained``: its engine decodes a call under the call's schema."""
     from assistant.llm.host import EngineHost
     from assistant.llm.local import LocalBackend
     from assistant.loop.setup import LoopModels
     from assistant.serve.runtime import runtime_from_models
 
-    engine, template = tool_engine(reply)
+    engine, template = tool_engine(reply, constrained=constrained)
     cfg = load_config(CONFIG, env={}, overrides=overrides or {})
     ears: Any = transcriber or CountingTranscriber()
     voice: Any = synthesizer or ToneSynthesizer()
