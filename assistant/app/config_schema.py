@@ -103,6 +103,12 @@ class VadConfig(_Section):
     """Semantic: P at or above which `semantic_min_ms` applies."""
     semantic_p_incomplete: float = Field(0.003, gt=0.0, lt=1.0)
     """Semantic: P at or below which `semantic_max_ms` applies."""
+    semantic_short_words: int = Field(3, ge=0)
+    """Semantic: a transcript of at most this many words is a short request, held to
+    `semantic_p_complete_short` (0: none is)."""
+    semantic_p_complete_short: float = Field(0.03, gt=0.0, lt=1.0)
+    """Semantic: `semantic_p_complete` for a short request (the model is least sure that
+    a short request is complete: "Thanks", "Five, five")."""
     smart_turn: bool = True
     """Semantic mode: also ask the audio model (models.smart_turn) at each pause."""
     smart_turn_wait_ms: int = Field(1000, gt=0)

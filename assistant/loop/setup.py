@@ -197,6 +197,8 @@ def end_of_turn_options(cfg: AppConfig) -> EndOfTurnOptions:
                             min_silence_ms=v.semantic_min_ms, max_silence_ms=v.semantic_max_ms,
                             p_complete=v.semantic_p_complete,
                             p_incomplete=v.semantic_p_incomplete,
+                            short_words=v.semantic_short_words,
+                            p_complete_short=v.semantic_p_complete_short,
                             audio_wait_ms=v.smart_turn_wait_ms if v.smart_turn else 0)
 
 

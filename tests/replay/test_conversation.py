@@ -161,3 +161,15 @@ def test_the_config_s_tools_reach_the_conversation_settings() -> None:
     with pytest.raises(ConfigError, match="tools.choice"):
         conversation_settings(config(**{"tools.enabled": ["builtin:get_time"],
                                         "tools.choice": "calculator"}))
+
+
+def test_the_short_request_bar_is_configurable() -> None:
+    from assistant.app.config import load_config
+    from assistant.loop.setup import conversation_settings
+
+    cfg = load_config(ROOT / "config.yaml", env={}, overrides={
+        "vad.semantic_short_words": 2, "vad.semantic_p_complete_short": 0.05})
+    rule = conversation_settings(cfg).turns.end_of_turn
+    assert (rule.short_words, rule.p_complete_short) == (2, 0.05)
+    assert rule.p_complete_for("five five") == 0.05
+    assert rule.p_complete_for("four queen of clubs") == rule.p_complete
