@@ -122,22 +122,32 @@ def scripted_next_token(tok: ByteTokenizer,
     user_head = [start_id, *tok.encode("user\n")]
 
     def next_token(ctx: tuple[int, ...]) -> int | None:
-        for i in range(len(ctx) - len(header), -1, -1):
-            if list(ctx[i:i + len(header)]) == header:
-                break
-        else:
+        i = last_header(ctx, header)
+        if i is None:
             return None
         for j in range(i - 1, -1, -1):
             if list(ctx[j:j + len(user_head)]) == user_head:
                 break
         user = tok.decode([t for t in ctx[j + len(user_head):i] if t < 256])
-        target = tok.encode(reply(user))
-        done = list(ctx[i + len(header):])
-        if done == target[:len(done)] and len(done) < len(target):
-            return target[len(done)]
-        return end_id
+        return spell(tok.encode(reply(user)), list(ctx[i + len(header):]), end_id)
 
     return next_token
+
+
+def last_header(ctx: Sequence[int], header: Sequence[int]) -> int | None:
+    """Where the last assistant header starts in ``ctx`` (None: there is none)."""
+    for i in range(len(ctx) - len(header), -1, -1):
+        if list(ctx[i:i + len(header)]) == list(header):
+            return i
+    return None
+
+
+def spell(target: list[int], done: list[int], end_id: int) -> int:
+    """The next id of ``target`` after ``done`` (the end of turn once it is spelt, or
+    once the reply went elsewhere)."""
+    if done == target[:len(done)] and len(done) < len(target):
+        return target[len(done)]
+    return end_id
 
 
 def scripted_engine() -> tuple[Engine, ChatTemplate]:

@@ -13,7 +13,7 @@ from typing import Any
 
 from engine.chat_template import ChatTemplate
 from tests.engine.fake_runner import ByteTokenizer, make_engine
-from tests.replay.fakes import END, START, chatml
+from tests.replay.fakes import END, START, chatml, last_header, spell
 
 Reply = Callable[[str, str], str]
 """(role of the last message, its content) -> the reply's text."""
@@ -34,10 +34,8 @@ def tool_engine(reply: Reply, *, constrained: bool = True) -> tuple[Any, ChatTem
     header = [start_id, *tok.encode("assistant\n")]
 
     def next_token(ctx: tuple[int, ...]) -> int | None:
-        for i in range(len(ctx) - len(header), -1, -1):
-            if list(ctx[i:i + len(header)]) == header:
-                break
-        else:
+        i = last_header(ctx, header)
+        if i is None:
             return None
         # The message before the header (a run of tool results: the last of them).
         j = max((k for k in range(i) if ctx[k] == start_id), default=-1)
@@ -45,11 +43,8 @@ def tool_engine(reply: Reply, *, constrained: bool = True) -> tuple[Any, ChatTem
             return end_id
         role, _, content = tok.decode(list(ctx[j + 1:i])).partition("\n")
         content = content.replace(END, "").strip()
-        target = tok.encode(reply(role.strip(), content))
-        done = list(ctx[i + len(header):])
-        if done == target[:len(done)] and len(done) < len(target):
-            return target[len(done)]
-        return end_id
+        return spell(tok.encode(reply(role.strip(), content)), list(ctx[i + len(header):]),
+                     end_id)
 
     engine, _ = make_engine(page_size=8, num_pages=1024, vocab_size=tok.vocab_size,
                             eos_token_ids=(end_id,), next_token=next_token, tokenizer=tok)
