@@ -260,9 +260,8 @@ def load_piper_voice(model_path: Path, config_path: Path, use_cuda: bool = False
 def _session_options(onnxruntime: Any) -> Any:
     """onnxruntime's defaults, except that its idle worker threads sleep instead of
     spinning: the loop shares two cores among Whisper, the LLM and Piper, and a spinning
-    Piper thread takes a core from the LLM drafting the next clause (a 32-character
-    clause while the engine decodes, on 2 cores: 554 -> 384 ms, and the engine 12.9 ->
-    15.6 tok/s meanwhile)."""
+    Piper thread takes a core from the LLM drafting the next clause (on 2 cores both the
+    clause and the engine's decode beside it are faster with sleeping threads)."""
     options = onnxruntime.SessionOptions()
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options

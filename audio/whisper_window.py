@@ -2,10 +2,10 @@
 
 Whisper encodes a fixed 30 s window: faster-whisper pads every segment's log-mel
 features to 3000 frames, so a 2 s question costs the encoder as much as 30 s of
-speech, and on a small CPU the encoder is most of a decode (tiny.en, int8, 2 cores:
-~75%). CTranslate2's encoder accepts fewer frames (the positional embedding is simply
-cut), which is what whisper.cpp's ``audio_ctx`` does: encoding 10 s instead of 30 s is
-~4x faster end to end here.
+speech, and on a small CPU the encoder is most of a decode. CTranslate2's encoder
+accepts fewer frames (the positional embedding is simply cut), which is what
+whisper.cpp's ``audio_ctx`` does: encoding 10 s instead of 30 s is several times faster
+end to end (`bench/bench_asr.py` measures it).
 
 The catch is accuracy: the model was trained on full windows, and on a cut window it
 sometimes loops ("Stop please. Stop please. ...") or mishears more in noise. So:

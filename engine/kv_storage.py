@@ -87,11 +87,10 @@ class KVStorage:
         write elsewhere (`note_writes`) or a batch of other rows replaced them. A step that
         writes into the copy must write the same K/V to the storage (`StepKV.finish`).
 
-        Decode on pages that are not one run gathered its whole history every step: the
-        talk loop's dialogue (a reused prefix, grown beside speculative forks) ~0.3 ms at
-        100 tokens and ~2.5 ms at 1,200 per step; 8 concurrent sequences ~1 ms of a
-        ~15 ms step. The buffers are kept too: a fresh copy per step cost thousands of page
-        faults (measured ~4,000 per 8-sequence step, 10-15% of its time)."""
+        Decode on pages that are not one run gathered its whole history every step (the
+        talk loop's dialogue is such a sequence: a reused prefix, grown beside speculative
+        forks), a cost that grows with the history. The buffers are kept too: a fresh copy
+        per step cost thousands of page faults."""
         ids = [[int(p) for p in row] for row in rows.tolist()]
         layers, heads, _, page, dim = self.k.shape
         batch, width = len(ids), len(ids[0])

@@ -6,13 +6,13 @@ All use kernels that ship with torch (no C++ of ours):
 - ``bf16``: the weights rounded to bfloat16. On CPU they are held as float16 in fbgemm's
   packed layout (``quantized::linear_dynamic_fp16``, float32 activations): every bfloat16
   weight of a normal model is exact in float16 (its 8 mantissa bits fit in 11; magnitudes
-  between 6e-5 and 65504), and the kernel streams 16-bit weights at float32 speed --
-  measured 1.45x faster than the float32 GEMV at one row, 2x at eight, while torch's own
-  bfloat16 CPU GEMM (no AVX512-BF16 here) is 1.7x slower than float32. Other devices
-  use plain bfloat16 weights and activations.
+  between 6e-5 and 65504), and the kernel streams 16-bit weights at float32 speed, where
+  torch's own bfloat16 CPU GEMM is slower than float32 on CPUs without AVX512-BF16
+  (`bench/bench_engine.py` compares them). Other devices use plain bfloat16 weights and
+  activations.
 
 - ``int8``: per-output-channel symmetric int8 weights, ``aten._weight_int8pack_mm`` on CPU
-  (fast with bfloat16 activations; ~10x slower with float32 ones, so quantized formats
+  (fast with bfloat16 activations, far slower with float32 ones, so quantized formats
   compute in bfloat16). Other devices dequantise in ``F.linear`` (gpt-fast's form). On
   CPUs with AVX512-VNNI the int8 output projection (``lm_head``) also keeps fbgemm's packed
   copy for decode steps, whose kernel quantizes the activations too
@@ -92,9 +92,9 @@ class DenseLinear(Linear):
     @classmethod
     def build(cls, weight: torch.Tensor, bias: torch.Tensor | None) -> DenseLinear:
         """On CPU in float32, a one-token matmul against a wide ``[in, out]`` weight streams
-        memory faster than the ``[out, in]`` dot-product form (measured ~1.3-2x for
-        out >= in), so wide fp32 weights are stored transposed there. bfloat16 must keep
-        ``[out, in]``: its ``[in, out]`` CPU matmul is >10x slower (3 tok/s decode)."""
+        memory faster than the ``[out, in]`` dot-product form (for out >= in), so wide
+        fp32 weights are stored transposed there. bfloat16 must keep ``[out, in]``: its
+        ``[in, out]`` CPU matmul is an order of magnitude slower."""
         out_features, in_features = weight.shape
         if (weight.device.type == "cpu" and weight.dtype == torch.float32
                 and out_features >= in_features):
@@ -205,8 +205,7 @@ class Int8Linear(Linear):
             y = F.linear(x, self.weight.to(x.dtype)) * self.scales
         elif x.shape[0] >= PREFILL_ROWS:
             # Many rows (a long prefill chunk): dequantizing once and using the float32
-            # BLAS GEMM is ~2x faster at 512 rows than the int8 kernel, whose strength is
-            # the one-row GEMV.
+            # BLAS GEMM beats the int8 kernel, whose strength is the one-row GEMV.
             weight = self.weight.float() * self.scales.float()[:, None]
             y = F.linear(x.float(), weight).to(x.dtype)
         else:

@@ -138,7 +138,7 @@ def vnni_int8_for(name: str, fmt: WeightFormat, device: torch.device | str = "cp
     ``quantized::linear_dynamic`` quantizes each call's activations to uint8 (one scale per
     call) and multiplies with VNNI int8 dot products, as llama.cpp's Q8_0 matmul does
     (activations in blocks of 32 there); ``_weight_int8pack_mm`` converts every weight to
-    float and is compute-bound, so the VNNI copy is ~2x faster once the weight is in cache,
+    float and is compute-bound, so the VNNI copy is faster once the weight is in cache,
     at the bfloat16 kernel's quality for the output projection. Not for the other layers:
     their inputs have larger outliers, and int8 activations cost them measurable perplexity
     and top-1. Without VNNI, fbgemm's uint8 x int8 products saturate in 16 bits, so other

@@ -200,7 +200,7 @@ class EngineConfig(_Section):
     dense_prefill: Literal["auto", "always", "never"] = "auto"
     """int8/int4: also keep a 16-bit copy of each weight for calls of many rows (prefill,
     user turns, batched decode), +2 bytes per weight; auto = a bfloat16 copy from 16 rows on
-    CPUs with AMX or AVX512-BF16 (prefill ~3x faster), a float16 one in fbgemm's layout
+    CPUs with AMX or AVX512-BF16 (whose prefill it speeds up), a float16 one in fbgemm's layout
     from 4 rows on AVX2 CPUs (and for every call of the output projection); see
     `engine.weight_formats.dense_copy_for`."""
     cuda_graphs: bool = False
