@@ -4,7 +4,7 @@ The event log (:mod:`assistant.loop.event_log`) is the loop's diagnostics: every
 with its figures, for replays, benches and tests. This is the smaller, typed stream an
 adapter translates into its own protocol, one event for one of its events: the user's
 speech and transcript (in progress and final), who holds the floor, each response's
-start and end, a failure. Speech over a reply is
+start, text and end, its tool calls, a failure. Speech over a reply is
 published only once it is the user's turn (:mod:`assistant.loop.speech_gate`): a
 backchannel or a cough that the reply plays on over never appears here.
 
@@ -22,6 +22,7 @@ __all__ = [
     "ConversationEvent",
     "Failure",
     "OutputCallback",
+    "ResponseDelta",
     "ResponseDone",
     "ResponseStarted",
     "ResponseWithdrawn",
@@ -86,6 +87,16 @@ class ResponseStarted:
 
 
 @dataclass(frozen=True)
+class ResponseDelta:
+    """More of reply ``turn_id``'s text, as it is generated (what will be spoken: never
+    a tool call's text; ahead of the audio, so not necessarily heard)."""
+
+    t_ms: int
+    turn_id: int
+    text: str
+
+
+@dataclass(frozen=True)
 class ResponseDone:
     """Reply ``turn_id`` is closed in the history and the cache."""
 
@@ -140,7 +151,8 @@ class Failure:
 
 
 ConversationEvent = (SpeechStarted | SpeechStopped | TranscriptDelta | TranscriptFinal
-                     | ResponseStarted | ToolCallRequested | ResponseDone | ResponseWithdrawn
+                     | ResponseStarted | ResponseDelta | ToolCallRequested | ResponseDone
+                     | ResponseWithdrawn
                      | StateChanged | Failure)
 OutputCallback = Callable[[ConversationEvent], None]
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from assistant.loop import event_log as log
 from assistant.loop.engine_client import DialogueClient
+from assistant.loop.output import ConversationEvent
 from assistant.loop.playback import PlaybackController
 from assistant.loop.tool_worker import ToolWorker
 from assistant.loop.tts_worker import TtsWorker
@@ -37,6 +38,8 @@ class LoopParts:
     tools: ToolWorker
     options: PipelineOptions
     emit: Callable[[log.Entry], None]
+    publish: Callable[[ConversationEvent], None]
+    """A public event that is not a log entry's (`assistant.loop.output`)."""
     now_ms: Callable[[], int]
     turn_input: Callable[[TurnInput], list[TurnAction]]
     """Feed the turn manager (and carry out its actions); returns them."""

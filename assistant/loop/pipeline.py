@@ -129,9 +129,8 @@ class Pipeline:
         self.parts = LoopParts(
             tm=turn_manager, utterances=self.utterances, playback=self.playback,
             dialogue=self.dialogue, tts=self.tts, tools=self.tools, options=self.options,
-            emit=self._emit,
-            now_ms=self.now_ms, turn_input=self._turn_input, fail=self._fail,
-            asr_tail_ms=self._asr_tail_ms,
+            emit=self._emit, publish=self._publisher.publish, now_ms=self.now_ms,
+            turn_input=self._turn_input, fail=self._fail, asr_tail_ms=self._asr_tail_ms,
             set_pause_limit=lambda ms: self.listener.set_pause_limit(ms))
         self._next_input_sample = 0
         self._pending_vad: VadOptions | None = None

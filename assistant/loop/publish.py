@@ -10,7 +10,7 @@ holds until it is the user's turn.
 from __future__ import annotations
 
 from assistant.loop import event_log as log
-from assistant.loop.output import OutputCallback, public_event
+from assistant.loop.output import ConversationEvent, OutputCallback, public_event
 from assistant.loop.speech_gate import SpeechGate
 from assistant.loop.types import EntryCallback
 
@@ -26,6 +26,11 @@ class Publisher:
         self._on_entry = on_entry
         self._on_output = on_output
         self._gate = SpeechGate()
+
+    def publish(self, event: ConversationEvent) -> None:
+        """A public event that is not in the log (a reply's text as it comes)."""
+        if self._on_output is not None:
+            self._on_output(event)
 
     def emit(self, entry: log.Entry, *, over_reply: bool = False) -> None:
         """Log ``entry`` and publish what it announces. ``over_reply``: a speech start

@@ -21,6 +21,7 @@ from assistant.dialogue.types import (
 )
 from assistant.llm.host import EngineFailed
 from assistant.loop import event_log as log
+from assistant.loop import output as out
 from assistant.loop.asr_worker import (
     AsrAudioScore,
     AsrFinal,
@@ -158,6 +159,8 @@ def _turn_start(p: LoopParts, start: TurnStart) -> None:
 def _reply_delta(p: LoopParts, item: ReplyDelta) -> None:
     if item.turn_id == p.playback.playing_turn_id:
         p.tts.feed(item.turn_id, item.text, item.done)
+        if item.text:
+            p.publish(out.ResponseDelta(p.now_ms(), item.turn_id, item.text))
 
 
 def _drafted(p: LoopParts, item: SpeculationDrafted) -> None:

@@ -133,7 +133,7 @@ def test_question_and_answer_with_a_speculation_hit(tmp_path: Path) -> None:
     # What an adapter hears of it: the typed public stream, in order.
     states = [e.state for e in r.outputs if isinstance(e, out.StateChanged)]
     assert [e for e in r.outputs
-            if not isinstance(e, out.StateChanged | out.TranscriptDelta)] == [
+            if not isinstance(e, out.StateChanged | out.TranscriptDelta | out.ResponseDelta)] == [
         out.SpeechStarted(r.of(log.SpeechStartedEntry)[0].t_ms),
         out.SpeechStopped(stopped.t_ms, stopped.speech_end_ms, discarded=False),
         out.TranscriptFinal(final[0].t_ms, final[0].text),
@@ -142,6 +142,10 @@ def test_question_and_answer_with_a_speculation_hit(tmp_path: Path) -> None:
         out.ResponseDone(done[0].t_ms, 1, done[0].text, done[0].generated_tokens,
                          interrupted=False)]
     assert states == ["user_speaking", "thinking", "speaking", "listening"]
+    # The reply's text came out as it was generated, all of it before it was done.
+    deltas = [e for e in r.outputs if isinstance(e, out.ResponseDelta)]
+    assert "".join(d.text for d in deltas) == done[0].text
+    assert all(d.turn_id == 1 and d.t_ms <= done[0].t_ms for d in deltas)
 
 
 @pytest.mark.parametrize("into_reply_ms", [700, 1600])

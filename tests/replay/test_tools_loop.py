@@ -158,6 +158,8 @@ def test_a_request_that_calls_a_local_tool_is_answered_with_its_result(tmp_path:
     # The call was never spoken; the answer was.
     assert not any("tool_call" in span or "get_time" in span for span in r.synth.spans)
     assert "".join(r.synth.spans).strip() == "It is 12:00 now."
+    assert "".join(e.text for e in r.outputs if isinstance(e, out.ResponseDelta)) == (
+        "It is 12:00 now.")  # nor published as the reply's text
     started, finished = r.of(log.ToolStartedEntry), r.of(log.ToolFinishedEntry)
     assert [(e.name, e.call_id) for e in started] == [("get_time", "call_1_0")]
     assert [(e.ok, e.cancelled) for e in finished] == [(True, False)]
