@@ -18,19 +18,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from assistant.dialogue import tool_prompt as tp
 from assistant.dialogue.context_window import Adopted, ContextWindow
 from assistant.dialogue.conversation import Conversation, TurnRenderer
 from assistant.dialogue.live_turn import LiveTurn, reply_params
 from assistant.dialogue.prompt_in import put_prompt
 from assistant.dialogue.said import open_said_turn
 from assistant.dialogue.speculation_pool import SpeculationPool
-from assistant.dialogue.tool_prompt import (
-    any_call_schema,
-    forced_call_schema,
-    retool,
-    shown_tools,
-    with_tools,
-)
 from assistant.dialogue.types import (
     DialogueError,
     DialogueOptions,
@@ -59,7 +53,7 @@ class Dialogue:
         self._next_options: DialogueOptions | None = None
         self._renderer = renderer
         """The template without tools (the conversation's renderer may show them)."""
-        shown, system = with_tools(renderer, options.system_prompt, options.tools,
+        shown, system = tp.with_tools(renderer, options.system_prompt, options.tools,
                                    options.tool_choice)
         self.conversation = Conversation(shown, system,
                                          interrupted_marker=options.interrupted_marker)
@@ -145,7 +139,7 @@ class Dialogue:
         if (options.system_prompt, options.tools, options.tool_choice) != (
                 current.system_prompt, current.tools, current.tool_choice):
             try:
-                system = retool(self.conversation, self._renderer, options.system_prompt,
+                system = tp.retool(self.conversation, self._renderer, options.system_prompt,
                                 options.tools, options.tool_choice)
             except ValueError as exc:
                 raise DialogueError(f"the system prompt cannot change: {exc}") from None
@@ -207,7 +201,7 @@ class Dialogue:
         prompt = user_ids + header
         # A required call is decoded under its schema from its first token: no draft
         # (generated free) is adopted into it.
-        schema = None if tool_results else forced_call_schema(self._options.tools,
+        schema = None if tool_results else tp.forced_call_schema(self._options.tools,
                                                                self._options.tool_choice)
         spec = None if tool_results or schema else self._specs.take(spec_id)
         self._specs.cancel_all()
@@ -221,7 +215,7 @@ class Dialogue:
         live = LiveTurn(turn_id=turn_id, user_text=user_text, header_ids=header,
                         reply_start=base + len(prompt), reply=reply, drafted=put.drafted,
                         calls=ToolCallDetector() if self._tools_shown else None,
-                        call_schema=None if schema else any_call_schema(
+                        call_schema=None if schema else tp.any_call_schema(
                             self._options.tools, self._options.tool_choice))
         self._live = live
         drafted = live.open_with_draft(whole=pending_done)
@@ -359,7 +353,7 @@ class Dialogue:
 
     @property
     def _tools_shown(self) -> bool:
-        return bool(shown_tools(self._options.tools, self._options.tool_choice))
+        return bool(tp.shown_tools(self._options.tools, self._options.tool_choice))
 
     def _between_turns(self, what: str) -> None:
         """No turn may be open for ``what``; drafts (forked from the history it

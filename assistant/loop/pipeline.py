@@ -46,8 +46,9 @@ from assistant.loop.output import OutputCallback
 from assistant.loop.parts import LoopParts
 from assistant.loop.playback import PlaybackController
 from assistant.loop.publish import Publisher
-from assistant.loop.router import handle_output, poll_playback, run_action, start_text_turn
+from assistant.loop.router import handle_output, poll_playback, run_action
 from assistant.loop.tasks import cancel_and_wait
+from assistant.loop.text_turns import start_text_turn
 from assistant.loop.tool_worker import LocalTools, ToolWorker
 from assistant.loop.tts_worker import TtsWorker
 from assistant.loop.types import EntryCallback, PipelineError, PipelineOptions, PipelineResult

@@ -31,6 +31,7 @@ from assistant.loop.asr_worker import (
 )
 from assistant.loop.engine_client import TurnWithdrawn
 from assistant.loop.parts import LoopParts
+from assistant.loop.text_turns import say, tools_done
 from assistant.loop.tool_worker import SayText, ToolsDone
 from assistant.loop.tts_worker import Presynthesized, SpeechChunk, SpeechDone
 from assistant.loop.types import PipelineError
@@ -59,14 +60,13 @@ from assistant.turns.events import (
     StartSpeculation,
     State,
     StateChanged,
-    TextTurn,
     TurnAction,
     TurnCompleteness,
     TurnInput,
 )
 from audio.word_timing import heard_position
 
-__all__ = ["handle_output", "run_action", "poll_playback", "start_text_turn"]
+__all__ = ["handle_output", "run_action", "poll_playback"]
 
 
 def handle_output(parts: LoopParts, item: Any) -> None:
@@ -217,44 +217,6 @@ def _turn_closed(p: LoopParts, closed: TurnClosed) -> None:
     p.tools.turn_closed(closed.turn_id, closed.tool_calls, closed.tool_error, turn.interrupted)
 
 
-def start_text_turn(p: LoopParts, text: str, *, tool_results: tuple[tuple[str, str], ...] = (),
-                    said: str = "", max_new_tokens: int | None = None) -> StartResponse | None:
-    """A whole turn given as ``text`` (user words; or tool results it labels; or, with
-    ``said``, the assistant's own words), started now if nobody holds the floor."""
-    turn_id = p.tm.next_turn_id
-    p.forget(turn_id)
-    if max_new_tokens is not None:
-        p.response_tokens[turn_id] = max_new_tokens
-    if tool_results:
-        p.tool_results[turn_id] = tool_results
-    if said:
-        p.said[turn_id] = said
-    actions = p.turn_input(TextTurn(p.now_ms(), text))
-    start = next((a for a in actions if isinstance(a, StartResponse)), None)
-    if start is None:
-        p.forget(turn_id)
-    return start
-
-
-def _tools_done(p: LoopParts, item: ToolsDone) -> None:
-    """Answer on the results; while our filler plays, once it ends; if the user holds
-    the floor now, record them without a reply."""
-    if item.respond:
-        label = "[tool results: " + ", ".join(name for name, _ in item.results) + "]"
-        if start_text_turn(p, label, tool_results=item.results) is not None:
-            return
-        if p.tools.filler_turn is not None:
-            p.tools.defer(item)
-            return
-    p.dialogue.add_tool_results(None, item.results)
-
-
-def _say(p: LoopParts, item: SayText) -> None:
-    start = start_text_turn(p, item.text, said=item.text)
-    if start is not None and item.filler:
-        p.tools.said(start.turn_id)
-
-
 def _turn_withdrawn(p: LoopParts, item: TurnWithdrawn) -> None:
     p.open_turns.discard(item.turn_id)
     p.emit(log.ResponseWithdrawnEntry(p.now_ms(), item.turn_id))
@@ -270,8 +232,8 @@ _OUTPUTS: dict[type, Callable[[LoopParts, Any], None]] = {
     AsrFinal: _asr_final,
     TurnStart: _turn_start,
     ReplyDelta: _reply_delta,
-    ToolsDone: _tools_done,
-    SayText: _say,
+    ToolsDone: tools_done,
+    SayText: say,
     SpeculationDrafted: _drafted,
     EndOfTurnScore: _end_score,
     PromptWarmed: _warmed,
