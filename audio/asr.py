@@ -178,6 +178,11 @@ class Transcriber:
         self.dropped = 0
         return self
 
+    @property
+    def model(self) -> WhisperModel:
+        """The loaded faster-whisper model (`audio.asr_batch` shares it between threads)."""
+        return self._model
+
     # -- silence gate ------------------------------------------------------------------
     def speech_regions(self, pcm16k: npt.NDArray[np.float32]) -> list[tuple[int, int]]:
         """Speech regions as (start, end) sample pairs, padded (silero VAD)."""
