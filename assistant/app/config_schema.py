@@ -393,6 +393,9 @@ class ServerConfig(_Section):
     audio_lead_ms: int = Field(300, ge=20, le=60_000)
     """Reply audio sent ahead of the client's playback: a tentative interruption's
     pause is heard this late at worst; more absorbs a slower network."""
+    batch_asr: bool = True
+    """Sessions' Whisper decodes share CTranslate2 calls (`audio.asr_batch`): decodes made
+    at the same time run as one batch, each with the result it would get alone."""
 
 
 class LoggingConfig(_Section):

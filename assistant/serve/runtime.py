@@ -4,8 +4,10 @@
 ``replay``), and maps the config onto each component's options. Every session's
 `PipelineBackend` then runs on these: one engine thread (:class:`EngineHost`: each
 session's dialogue lives on it, decode steps are batched across sessions, the system
-prompt's KV pages are shared by all of them), one Whisper model (serialised by its own
-lock), one Piper voice.
+prompt's KV pages are shared by all of them), one Whisper model, one Piper voice. The
+sessions' Whisper decodes made at the same time share batched CTranslate2 calls
+(``server.batch_asr``, :mod:`audio.asr_batch`); without it they take turns on the
+model's lock.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from assistant.serve.backend.contract import SessionBackend, SessionSettings, TurnDetectionSettings
 from assistant.serve.protocol.settings import ServedModels
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from assistant.app.config import AppConfig
     from assistant.loop.conversation import ConversationSettings
     from assistant.loop.setup import LoopModels
+    from audio.asr import Transcriber
+    from audio.asr_batch import BatchingTranscriber
 
 __all__ = ["ServeRuntime", "build_runtime", "runtime_from_models"]
 
@@ -45,6 +49,8 @@ class ServeRuntime:
     audio_lead_ms: int = 300
     """The most reply audio sent ahead of the client's playback (ms): a pause of the
     reply (a tentative interruption) is heard this late at worst."""
+    asr_batcher: BatchingTranscriber | None = None
+    """The sessions' shared ASR batcher, when this runtime made it (closed with it)."""
 
     def backend_factory(self, settings: SessionSettings) -> SessionBackend:
         from assistant.serve.backend.pipeline_backend import PipelineBackend
@@ -76,8 +82,12 @@ class ServeRuntime:
         self.models.host.call(lambda b: b.check()).result(timeout_s)
 
     def close(self) -> None:
-        """Stop the engine thread (after every session was closed)."""
-        self.models.close()
+        """Stop the engine thread and the ASR batcher (after every session was closed)."""
+        try:
+            self.models.close()
+        finally:
+            if self.asr_batcher is not None:
+                self.asr_batcher.close()
 
     async def run_local_audio(self, stop: asyncio.Event) -> None:
         """The local microphone/speaker loop (as ``assistant talk``), headless, on the
@@ -128,8 +138,12 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
         max_output_tokens=cfg.llm.max_new_tokens,
     )
     settings = conversation_settings(cfg)
+    batcher = _asr_batcher(cfg, models)
+    if batcher is not None:
+        # `Transcriber`'s interface, which is all a conversation calls.
+        models = dataclasses.replace(models, transcriber=cast("Transcriber", batcher))
     return ServeRuntime(
-        cfg=cfg, models=models,
+        cfg=cfg, models=models, asr_batcher=batcher,
         # One engine serves every session: a pause in one must not hold the others'
         # steps (`PipelineOptions.pause_priority`).
         settings=dataclasses.replace(settings, pipeline=dataclasses.replace(
@@ -138,6 +152,20 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
         served=served, defaults=defaults, audio_delta_ms=cfg.server.audio_delta_ms,
         audio_lead_ms=cfg.server.audio_lead_ms,
     )
+
+
+def _asr_batcher(cfg: AppConfig, models: LoopModels) -> BatchingTranscriber | None:
+    """A batcher over the loaded Whisper model for the sessions to share (``server.batch_asr``);
+    None when off, or when the transcriber is not a loaded model (a fake, or a batcher
+    another runtime made and closes)."""
+    from audio.asr import Transcriber
+    from audio.asr_batch import BatchingTranscriber
+
+    if not cfg.server.batch_asr or type(models.transcriber) is not Transcriber:
+        return None
+    # The encoder's batch pays on an accelerator; on a CPU its matrices are already large.
+    return BatchingTranscriber(models.transcriber,
+                               batch_encode=models.transcriber.options.device != "cpu")
 
 
 def build_runtime(cfg: AppConfig, progress: Callable[[str], None] | None = None,
