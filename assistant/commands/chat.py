@@ -47,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, cfg: AppConfig) -> int:
-    from assistant.loop.setup import dialogue_options, load_llm, local_tools
+    from assistant.loop.setup import dialogue_options, load_llm, local_tools, with_local_tools
     from engine.chat_template import ChatTemplate
 
     def progress(message: str) -> None:
@@ -62,8 +62,7 @@ def run(args: argparse.Namespace, cfg: AppConfig) -> int:
         temperature=options.temperature if args.temperature is None else args.temperature,
         system_prompt=options.system_prompt if args.system is None else args.system)
     tools = local_tools(cfg)
-    if tools is not None:
-        options = replace(options, tools=tuple(tools.registry.specs_for_template()))
+    options = with_local_tools(options, tools, cfg)
     with ChatSession(backend, template, options, tools=tools) as session:
         print(f"chat with {backend.name} ({HELP})", file=sys.stderr)
         chat_repl(session, sys.stdin, sys.stdout)

@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from engine.detokenize import TokenizerLike
 
 __all__ = ["LiveAudio", "LoopModels", "load_models", "load_llm", "vllm_options",
-           "conversation_settings", "open_conversation", "local_tools", "vad_options",
+           "conversation_settings", "open_conversation", "local_tools", "with_local_tools",
+           "vad_options",
            "echo_options", "dialogue_options", "turn_options", "open_live_audio"]
 
 
@@ -296,14 +297,21 @@ def conversation_settings(cfg: AppConfig,
                                first_clause_priority=cfg.tts.first_clause_priority,
                                pause_priority=cfg.turns.pause_priority)
     tools = local_tools(cfg)
-    dialogue = dialogue_options(cfg)
-    if tools is not None:
-        dialogue = dataclasses.replace(dialogue, tools=tuple(tools.registry.specs_for_template()),
-                                       tool_choice=cfg.tools.choice)
+    dialogue = with_local_tools(dialogue_options(cfg), tools, cfg)
     return ConversationSettings(
         dialogue=dialogue, turns=turn_options(cfg), vad=vad_options(cfg),
         asr=StreamingASROptions(partial_interval_ms=cfg.asr.partial_interval_ms),
         clauses=clause_rule(cfg), pipeline=opts, tools=tools)
+
+
+def with_local_tools(options: DialogueOptions, tools: LocalTools | None,
+                     cfg: AppConfig) -> DialogueOptions:
+    """``options`` showing the model ``tools`` (from :func:`local_tools`) under the
+    configured ``tools.choice``."""
+    if tools is None:
+        return options
+    return dataclasses.replace(options, tools=tuple(tools.registry.specs_for_template()),
+                               tool_choice=cfg.tools.choice)
 
 
 def local_tools(cfg: AppConfig) -> LocalTools | None:

@@ -157,6 +157,12 @@ def test_the_config_s_tools_reach_the_conversation_settings() -> None:
     assert s.tools is not None and s.tools.registry.names == ("get_time", "set_timer")
     assert [t["function"]["name"] for t in s.dialogue.tools] == ["get_time", "set_timer"]
     assert s.dialogue.tool_choice == "get_time"
+    # chat shows the same tools under the same choice (one mapping, with_local_tools).
+    from assistant.loop.setup import dialogue_options, with_local_tools
+
+    cfg = config(**{"tools.enabled": ["builtin:get_time"], "tools.choice": "required"})
+    chat = with_local_tools(dialogue_options(cfg), s.tools, cfg)
+    assert chat.tool_choice == "required" and chat.tools == s.dialogue.tools
     assert s.tools.timers is not None  # set_timer's, on the conversation's clock
     with pytest.raises(ConfigError, match="tools.choice"):
         conversation_settings(config(**{"tools.enabled": ["builtin:get_time"],
