@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import queue
 import time
@@ -26,9 +25,9 @@ from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 from assistant.dialogue.dialogue import Dialogue
 from assistant.dialogue.types import DialogueError, ReplyDelta, TurnClosed, TurnStart
 from assistant.llm.host import EngineFailed, EngineHost, HostSession, Priority
+from assistant.loop.text_turns import results_label
 from assistant.loop.tool_worker import MAX_ROUNDS, LocalTools
-from assistant.tools.errors import UnknownToolError
-from assistant.tools.runner import ToolResult, run_tool
+from assistant.tools.runner import error_output, run_call
 
 if TYPE_CHECKING:
     from assistant.dialogue.types import DialogueOptions
@@ -173,7 +172,7 @@ class ChatSession:
             results = self._run_tools(closed.closed, out)
             if not results:
                 break
-            label = "[tool results: " + ", ".join(name for name, _ in results) + "]"
+            label = results_label(results)
             _, closed = self._turn(functools.partial(_answer_results, label=label,
                                                      results=results), out)
             generated += closed.closed.generated_tokens
@@ -219,19 +218,14 @@ class ChatSession:
                                                             or closed.tool_error):
             return ()
         if closed.tool_error is not None:
-            return (("", json.dumps({"error": "the tool call could not be read: "
-                                     + closed.tool_error})),)
+            return (("", error_output("the tool call could not be read: "
+                                      + closed.tool_error)),)
         results = []
         for call in closed.tool_calls:
             out.write(f"[{call.name}({call.arguments})] ")
             out.flush()
-            try:
-                spec = tools.registry.get(call.name)
-            except UnknownToolError as exc:
-                result = ToolResult.failure(call.name, str(exc))
-            else:
-                result = asyncio.run(run_tool(spec, call.arguments,
-                                              timeout_s=tools.options.timeout_s))
+            result = asyncio.run(run_call(tools.registry, call.name, call.arguments,
+                                          timeout_s=tools.options.timeout_s))
             out.write(f"-> {result.output}\n")
             results.append((call.name, result.output))
         return tuple(results)

@@ -21,7 +21,7 @@ from assistant.dialogue.loop_guard import LoopGuardOptions, repeated_tail
 from assistant.dialogue.reply import ReplyTokens
 from assistant.dialogue.speculation import apply_event, sync_reply
 from assistant.dialogue.types import CallMade, DialogueOptions, ReplyDelta, TurnClosed
-from assistant.tools.calls import ToolCallDetector, Verdict, parse_tool_calls
+from assistant.tools.calls import ToolCallDetector, Verdict, call_json_start, parse_tool_calls
 from assistant.tools.errors import ToolCallParseError
 from engine.events import FinishReason
 from engine.params import Priority, SamplingParams
@@ -106,10 +106,7 @@ class LiveTurn:
         """The free reply just opened a call: regenerate the call from where its JSON
         starts, under the call schema (the marker before it stays as generated)."""
         assert self.job is not None and self._restart is not None and self.call_schema
-        text = self.reply.text
-        marker = max(text.find("<tool_call>"), text.find("<|python_tag|>"))
-        start = (text.find(">", marker) + 1) if marker >= 0 else len(text) - len(
-            text.lstrip())
+        start = call_json_start(self.reply.text)
         backend.cancel(self.job)
         self.job.take_events()
         keep = self.reply.cut_at(start).n_tokens

@@ -32,6 +32,7 @@ from assistant.dialogue.recut import Recut, recut_last_reply
 from assistant.dialogue.types import DialogueOptions
 from assistant.loop.output import OutputCallback
 from assistant.loop.pipeline import Pipeline
+from assistant.loop.text_turns import results_label
 from assistant.loop.tool_worker import LocalTools
 from assistant.loop.types import EntryCallback, PipelineOptions, PipelineResult
 from assistant.speech.listener import Listener
@@ -177,7 +178,7 @@ class Conversation:
     @property
     def interruptions_pause(self) -> bool:
         """Speech over a reply pauses it until its words decide (tentative)."""
-        return self._settings.turns.interruption.mode == "tentative"
+        return self._pipeline.interruptions_pause
 
     @property
     def entries(self) -> list[log.Entry]:
@@ -219,8 +220,8 @@ class Conversation:
         if not results:
             raise ValueError("no tool outputs to submit")
         if respond:
-            label = "[tool results: " + ", ".join(o.call_id for o in outputs) + "]"
-            turn = self._pipeline.submit_turn(label, max_new_tokens=max_new_tokens,
+            turn = self._pipeline.submit_turn(results_label(results),
+                                              max_new_tokens=max_new_tokens,
                                               tool_results=results)
             if turn is not None:
                 return turn

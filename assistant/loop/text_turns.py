@@ -9,7 +9,13 @@ from assistant.loop.parts import LoopParts
 from assistant.loop.tool_worker import SayText, ToolsDone
 from assistant.turns.events import StartResponse, TextTurn
 
-__all__ = ["say", "start_text_turn", "tools_done"]
+__all__ = ["results_label", "say", "start_text_turn", "tools_done"]
+
+
+def results_label(results: tuple[tuple[str, str], ...]) -> str:
+    """How a turn of tool results ``(name, output)`` is labelled (its "user text" in the
+    log: the model sees the results themselves)."""
+    return "[tool results: " + ", ".join(name for name, _ in results) + "]"
 
 
 def start_text_turn(p: LoopParts, text: str, *, tool_results: tuple[tuple[str, str], ...] = (),
@@ -35,8 +41,7 @@ def tools_done(p: LoopParts, item: ToolsDone) -> None:
     """Answer on the results; while our filler plays, once it ends; if the user holds
     the floor now, record them without a reply."""
     if item.respond:
-        label = "[tool results: " + ", ".join(name for name, _ in item.results) + "]"
-        if start_text_turn(p, label, tool_results=item.results) is not None:
+        if start_text_turn(p, results_label(item.results), tool_results=item.results) is not None:
             return
         if p.tools.filler_turn is not None:
             p.tools.defer(item)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import dataclasses
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -31,10 +30,10 @@ from typing import Any
 
 from assistant.dialogue.types import CallMade
 from assistant.loop import event_log as log
-from assistant.tools.errors import UnknownToolError
 from assistant.tools.options import ToolOptions
 from assistant.tools.registry import ToolRegistry
-from assistant.tools.runner import ToolResult, run_tool
+from assistant.tools.runner import error_output as _error
+from assistant.tools.runner import run_call
 from assistant.tools.timers import TimerService
 from audio.clock import Clock
 
@@ -210,23 +209,18 @@ class ToolWorker:
         filler = options.filler_text
         for call in calls:
             self._emit(log.ToolStartedEntry(self._now_ms(), call.call_id, call.name))
+            running = asyncio.ensure_future(
+                run_call(registry, call.name, call.arguments, timeout_s=options.timeout_s))
             try:
-                spec = registry.get(call.name)
-            except UnknownToolError as exc:
-                result = ToolResult.failure(call.name, str(exc))
-            else:
-                running = asyncio.ensure_future(
-                    run_tool(spec, call.arguments, timeout_s=options.timeout_s))
-                try:
-                    if filler:  # one short filler while a slow tool runs
-                        finished, _ = await asyncio.wait({running},
-                                                         timeout=options.filler_after_ms / 1000)
-                        if not finished:
-                            self._post(SayText(filler, filler=True))
-                            filler = ""
-                    result = await running
-                finally:
-                    running.cancel()
+                if filler:  # one short filler while a slow tool runs
+                    finished, _ = await asyncio.wait({running},
+                                                     timeout=options.filler_after_ms / 1000)
+                    if not finished:
+                        self._post(SayText(filler, filler=True))
+                        filler = ""
+                result = await running
+            finally:
+                running.cancel()
             self._emit(log.ToolFinishedEntry(self._now_ms(), call.call_id, call.name,
                                              result.ok, result.output))
             done.append((call.name, result.output))
@@ -245,6 +239,3 @@ class ToolWorker:
         if idle is not None and not idle.done():
             idle.set_result(None)
 
-
-def _error(text: str) -> str:
-    return json.dumps({"error": text})

@@ -29,6 +29,7 @@ __all__ = [
     "ToolCallDetector",
     "Verdict",
     "assistant_message",
+    "call_json_start",
     "is_speech",
     "parse_tool_calls",
 ]
@@ -185,6 +186,17 @@ class ToolCallDetector:
                 return Verdict.UNDECIDED
             return Verdict.TOOL_CALL if opens else Verdict.SPEECH
         return Verdict.SPEECH
+
+
+def call_json_start(text: str) -> int:
+    """Where the JSON of the call that ``text`` opens begins: right after its first call
+    marker (``<tool_call>``, ``<|python_tag|>``), else at its first non-space character
+    (a Llama-style JSON call)."""
+    found = [(at, marker) for marker in _MARKERS if (at := text.find(marker)) >= 0]
+    if found:
+        at, marker = min(found)
+        return at + len(marker)
+    return len(text) - len(text.lstrip())
 
 
 def is_speech(text: str) -> bool:

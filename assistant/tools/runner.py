@@ -28,10 +28,12 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import PydanticSerializationError, to_json
 
-from assistant.tools.errors import ToolError
+from assistant.tools.errors import ToolError, UnknownToolError
+from assistant.tools.registry import ToolRegistry
 from assistant.tools.spec import ToolSpec
 
-__all__ = ["MAX_OUTPUT_CHARS", "ToolResult", "parse_arguments", "run_tool"]
+__all__ = ["MAX_OUTPUT_CHARS", "ToolResult", "error_output", "parse_arguments", "run_call",
+           "run_tool"]
 
 MAX_OUTPUT_CHARS = 8000
 """Default cap on a result's JSON text: more would crowd the model's context."""
@@ -54,12 +56,28 @@ class ToolResult:
 
     @classmethod
     def failure(cls, name: str, error: str) -> ToolResult:
-        return cls(name=name, ok=False, output=json.dumps({"error": error}), error=error)
+        return cls(name=name, ok=False, output=error_output(error), error=error)
 
     def message(self) -> dict[str, Any]:
         """The ``tool`` message that returns this result to the model (chat templates'
         convention: ``{"role": "tool", "name": ..., "content": ...}``)."""
         return {"role": "tool", "name": self.name, "content": self.output}
+
+
+def error_output(error: str) -> str:
+    """What the model is told when a call gives no result: ``{"error": ...}``."""
+    return json.dumps({"error": error})
+
+
+async def run_call(registry: ToolRegistry, name: str, arguments_json: str, *,
+                   timeout_s: float) -> ToolResult:
+    """Run a call of the tool named ``name`` in ``registry`` (see `run_tool`); a tool it
+    does not hold is an error result."""
+    try:
+        spec = registry.get(name)
+    except UnknownToolError as exc:
+        return ToolResult.failure(name, str(exc))
+    return await run_tool(spec, arguments_json, timeout_s=timeout_s)
 
 
 async def run_tool(spec: ToolSpec, arguments_json: str, *, timeout_s: float,

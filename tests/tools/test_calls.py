@@ -161,3 +161,17 @@ def test_a_reply_of_only_whitespace_stays_undecided_until_it_ends() -> None:
     detector = ToolCallDetector()
     assert detector.feed("\n  ") == DetectorStep("", Verdict.UNDECIDED)
     assert detector.finish() == DetectorStep("\n  ", Verdict.SPEECH)
+
+
+@pytest.mark.parametrize(("text", "start"), [
+    ("<tool_call>", 11),
+    ("Let me check. <tool_call>\n{", 25),
+    ('<|python_tag|>{"name"', 14),
+    ("<tool_call><|python_tag|>", 11),  # the first marker counts
+    ('  {"name": "get_time"', 2),
+])
+def test_call_json_start_is_after_the_first_marker_or_at_the_json(text: str,
+                                                                  start: int) -> None:
+    from assistant.tools.calls import call_json_start
+
+    assert call_json_start(text) == start

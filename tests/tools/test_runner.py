@@ -196,3 +196,15 @@ def test_a_client_tool_and_a_bad_timeout_are_caller_errors() -> None:
         run(client, "{}")
     with pytest.raises(ValueError, match="timeout_s"):
         run(PING, "{}", timeout_s=0)
+
+
+def test_run_call_runs_a_registered_tool_and_an_unknown_one_is_an_error_result() -> None:
+    from assistant.tools import ToolRegistry
+    from assistant.tools.runner import run_call
+
+    registry = ToolRegistry([tool_from_function(shout)])
+    ok = asyncio.run(run_call(registry, "shout", '{"text": "hi"}', timeout_s=5))
+    assert ok.ok and ok.output == '"HI"'
+    unknown = asyncio.run(run_call(registry, "whisper", "{}", timeout_s=5))
+    assert not unknown.ok and unknown.name == "whisper"
+    assert "whisper" in json.loads(unknown.output)["error"]
