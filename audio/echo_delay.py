@@ -12,7 +12,11 @@ with phase transform (GCC-PHAT; Knapp and Carter, 1976) between the raw micropho
 the reference, over short windows while the far end plays: ``mic[t] ~ ref(t - lag)``.
 The phase transform whitens both spectra, so a speech echo gives a sharp peak at its
 delay whatever its level, and uncorrelated sound (the user, room noise) gives none. A
-lag is reported once it is sure: one strong peak, or two agreeing weaker ones.
+lag is reported once it is sure: one strong peak, or two agreeing weaker ones. A maximum
+on the edge of the searched lags is no peak: the echo may lie beyond it (a path slower
+than ``max_lag_ms``, or a loopback rebuffering under load), and moving the reference
+there would misplace it (a 0.35 maximum on the edge once moved the reference 800 ms
+away from an echo heard at +22 ms, on a loaded CI host).
 """
 
 from __future__ import annotations
@@ -51,8 +55,9 @@ class EchoDelayEstimator:
     :meth:`push` takes the raw microphone in order (as it arrives, before any echo
     processing); every ``hop_ms`` it correlates the last ``window_ms`` with the
     reference over lags ``min_lag_ms .. max_lag_ms``, if the far end played in that
-    span. It returns an :class:`EchoDelay` when a peak reaches ``sure_strength``, or
-    when two windows in a row agree within 2 ms at ``min_strength`` or more.
+    span. It returns an :class:`EchoDelay` when a peak inside that range (not within
+    ``edge_ms`` of its ends) reaches ``sure_strength``, or when two windows in a row
+    agree within 2 ms at ``min_strength`` or more.
     """
 
     def __init__(
@@ -65,6 +70,7 @@ class EchoDelayEstimator:
         max_lag_ms: int = 800,
         min_strength: float = 0.15,
         sure_strength: float = 0.35,
+        edge_ms: float = 2.0,
         active_floor_dbfs: float = -60.0,
     ) -> None:
         self.reference = reference
@@ -76,6 +82,7 @@ class EchoDelayEstimator:
         self._max_lag = rate * max_lag_ms // 1000
         self.min_strength = min_strength
         self.sure_strength = sure_strength
+        self._edge = int(round(rate * edge_ms / 1000))
         self.active_floor_dbfs = active_floor_dbfs
         span = self._window + self._max_lag - self._min_lag
         self._fft = 1 << int(np.ceil(np.log2(span + self._window)))
@@ -119,6 +126,9 @@ class EchoDelayEstimator:
         # corr[s] pairs mic[t] with ref[t + s], which is reference(t - (max_lag - s)).
         s = int(np.argmax(corr))
         strength = float(corr[s])
+        if s < self._edge or s >= corr.size - self._edge:
+            self._previous = None  # the peak may lie beyond the range: not located
+            return None
         now = EchoDelay((self._max_lag - s) * 1000.0 / self._rate, strength)
         previous, self._previous = self._previous, now if strength >= self.min_strength else None
         if strength >= self.sure_strength:
