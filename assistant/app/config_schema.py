@@ -130,11 +130,6 @@ class AsrConfig(_Section):
     """The open utterance is decoded again this often (partial transcripts)."""
     window_s: float = Field(10.0, ge=0.0, le=30.0)
     """Whisper encoder window for live speech (0 = the stock 30 s; see audio.whisper_window)."""
-    turn_priority: bool = True
-    """On a CPU engine, the LLM's decode steps wait (at most 250 ms each) while the
-    transcript a reply waits for is decoded (at a pause and at the end of a turn; not the
-    display partials): the decode steps beside it, a draft or another daemon session's
-    reply, would otherwise slow it down by sharing the cores."""
 
 
 class TtsConfig(_Section):

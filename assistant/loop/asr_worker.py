@@ -7,7 +7,6 @@ through ``post`` as the frozen events below.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,7 +18,6 @@ from audio.streaming_asr import lowest_word_p
 from audio.whisper_window import GLANCE, LOOPS_ONLY, WindowGuard
 
 if TYPE_CHECKING:
-    from assistant.llm.step_gate import StepGate
     from audio.asr import Transcriber
     from audio.smart_turn import SmartTurn
     from audio.streaming_asr import StreamingASROptions, StreamingTranscriber
@@ -124,13 +122,8 @@ class AsrWorker(Worker):
     """
 
     def __init__(self, transcriber: Transcriber, options: StreamingASROptions, post: Post,
-                 *, sample_rate: int = 16000, end_model: SmartTurn | None = None,
-                 gate: StepGate | None = None) -> None:
+                 *, sample_rate: int = 16000, end_model: SmartTurn | None = None) -> None:
         self.transcriber = transcriber
-        self.gate = gate
-        """Held while what a reply waits for is decoded (a pause's preview, the final, an
-        interim of speech over a reply, the audio end-of-turn score): the engine's steps
-        wait (:mod:`assistant.llm.step_gate`). Display partials do not hold it."""
         self.end_model = end_model
         """The audio end-of-turn model (`audio.smart_turn`), if any: asked on this thread,
         after the pause's transcript, which it must not hold up."""
@@ -233,9 +226,7 @@ class AsrWorker(Worker):
         def command() -> None:
             utt = self._utts.get(utt_id)
             if utt is not None:
-                with self._priority():
-                    p_complete = model.p_complete(utt.samples())
-                self.post(AsrAudioScore(utt_id, pause, p_complete))
+                self.post(AsrAudioScore(utt_id, pause, model.p_complete(utt.samples())))
         self.submit(command)
 
     def interim(self, utt_id: int) -> None:
@@ -275,16 +266,12 @@ class AsrWorker(Worker):
                 utt.streaming.cancel()
         self.submit(command, priority="control")
 
-    def _priority(self) -> contextlib.AbstractContextManager[None]:
-        return self.gate.hold() if self.gate is not None else contextlib.nullcontext()
-
     def _decode(self, pcm: npt.NDArray[np.float32], with_p: bool = False,
                 guard: WindowGuard | None = None) -> tuple[str, float]:
         """The text, and its lowest word probability when ``with_p`` (else 1.0)."""
         if pcm.size == 0:
             return "", 1.0
-        with self._priority():
-            heard = self.transcriber.transcribe(pcm, word_timestamps=with_p, guard=guard)
+        heard = self.transcriber.transcribe(pcm, word_timestamps=with_p, guard=guard)
         return heard.text.strip(), lowest_word_p(heard.words)
 
 

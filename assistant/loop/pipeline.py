@@ -117,8 +117,7 @@ class Pipeline:
         post = self._post
         self.dialogue = DialogueClient(host, dialogue, post, name=name)
         self.asr = AsrWorker(transcriber, asr_options, post, sample_rate=listener.rate,
-                             end_model=end_model,
-                             gate=host.gate if self.options.asr_priority else None)
+                             end_model=end_model)
         self._gate = host.gate if self.options.pause_priority else None
         self.tts = TtsWorker(synthesizer, post, clauses=clauses,
                              gate=host.gate if self.options.first_clause_priority else None)

@@ -295,7 +295,6 @@ def conversation_settings(cfg: AppConfig,
 
     opts = dataclasses.replace(pipeline_options or PipelineOptions(),
                                first_clause_priority=cfg.tts.first_clause_priority,
-                               asr_priority=cfg.asr.turn_priority,
                                pause_priority=cfg.turns.pause_priority)
     tools = local_tools(cfg)
     dialogue = with_local_tools(dialogue_options(cfg), tools, cfg)

@@ -33,10 +33,6 @@ class PipelineOptions:
     first_clause_priority: bool = True
     """The engine's steps wait while a reply's first clause is synthesised, where the
     engine host has a gate (a CPU engine: :mod:`assistant.llm.step_gate`)."""
-    asr_priority: bool = True
-    """The engine's steps wait while a transcript a reply waits for is decoded (a
-    pause's preview, a turn's final), where the engine host has a gate; display partials
-    do not hold it (``asr.turn_priority``)."""
     pause_priority: bool = False
     """While a reply is paused by speech over it (tentative interruptions), the engine's
     steps wait too (TTS is held anyway), where the engine host has a gate: the speech's

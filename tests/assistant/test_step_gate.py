@@ -15,19 +15,11 @@ import pytest
 from assistant.dialogue.types import ReplyDelta, TurnStart
 from assistant.llm.host import EngineHost
 from assistant.llm.step_gate import StepGate
-from assistant.loop.asr_worker import AsrWorker
 from assistant.loop.engine_client import DialogueClient
 from assistant.loop.tts_worker import TtsWorker
 from assistant.speech.voice import ClauseRule
-from audio.streaming_asr import StreamingASROptions
 from tests.assistant.test_engine_host import TIMEOUT, HeldBackend, Inbox
-from tests.replay.fakes import (
-    RATE,
-    CountingTranscriber,
-    ToneSynthesizer,
-    scripted_dialogue,
-    scripted_engine,
-)
+from tests.replay.fakes import ToneSynthesizer, scripted_dialogue, scripted_engine
 
 
 def _waiter(gate: StepGate) -> tuple[threading.Thread, list[float]]:
@@ -145,44 +137,3 @@ def test_a_hold_that_follows_a_state_is_idempotent_and_shared_with_block_holds()
         assert thread.is_alive()
     thread.join(TIMEOUT)
     assert not thread.is_alive() and waited[0] < TIMEOUT and not gate.held
-
-
-class _GateWatchingTranscriber(CountingTranscriber):
-    """Notes, per decode, its guard and whether the gate was held during it."""
-
-    def __init__(self, gate: StepGate) -> None:
-        super().__init__()
-        self.gate = gate
-        self.held: list[bool] = []
-
-    def transcribe(self, pcm: typing.Any, **kw: object) -> typing.Any:
-        self.held.append(self.gate.held)
-        return super().transcribe(pcm, **kw)
-
-
-@pytest.mark.parametrize("enabled", [True, False])
-def test_the_transcripts_a_reply_waits_for_hold_the_gate_display_partials_do_not(
-        enabled: bool) -> None:
-    import numpy as np
-
-    gate = StepGate(max_hold_s=TIMEOUT)
-    asr = _GateWatchingTranscriber(gate)
-    posted: list[object] = []
-    w = AsrWorker(asr, StreamingASROptions(partial_interval_ms=300),  # type: ignore[arg-type]
-                  posted.append, sample_rate=RATE, gate=gate if enabled else None)
-    speech = (0.1 * np.sin(np.arange(RATE) / 3)).astype(np.float32)
-    try:
-        w.open(1, speech, 0)  # display partials decode it
-        w.idle().result(timeout=TIMEOUT)
-        partials = len(asr.held)
-        w.preview(1, RATE)  # a pause's transcript
-        w.interim(1)  # speech over a reply
-        w.finalize(1, RATE, with_p=True)  # the turn's (decoded again: probabilities asked)
-        w.idle().result(timeout=TIMEOUT)
-    finally:
-        w.close()
-    assert partials >= 1 and asr.held[:partials] == [False] * partials
-    assert asr.held[partials:] == [enabled] * 3
-    assert not gate.held
-    assert [type(p).__name__ for p in posted if type(p).__name__ != "AsrPartial"] == [
-        "AsrPreview", "AsrFinal"]

@@ -179,14 +179,3 @@ def test_the_short_request_bar_is_configurable() -> None:
     assert (rule.short_words, rule.p_complete_short) == (2, 0.05)
     assert rule.p_complete_for("five five") == 0.05
     assert rule.p_complete_for("four queen of clubs") == rule.p_complete
-
-
-@pytest.mark.parametrize("on", [True, False])
-def test_the_cpu_priorities_reach_the_pipeline_options(on: bool) -> None:
-    from assistant.app.config import load_config
-    from assistant.loop.setup import conversation_settings
-
-    cfg = load_config(ROOT / "config.yaml", env={}, overrides={
-        "asr.turn_priority": on, "tts.first_clause_priority": on, "turns.pause_priority": on})
-    options = conversation_settings(cfg).pipeline
-    assert (options.asr_priority, options.first_clause_priority, options.pause_priority) == (on,) * 3
