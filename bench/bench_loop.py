@@ -106,6 +106,10 @@ def stages(entries: list[log.Entry]) -> Stages:
     return out
 
 
+def _cell(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
 def run_once(models: LoopModels, cfg: AppConfig, wav: Path
              ) -> tuple[Metrics, Stages, list[Waterfall], float]:
     t0 = time.perf_counter()
@@ -435,6 +439,18 @@ def _bench(args: argparse.Namespace, base: AppConfig, opened: contextlib.ExitSta
                  [[stage] + [ms(tuple(v for w in wf if (v := getattr(w, stage))
                                        is not None), 50) for wf in falls.values()]
                   for stage in STAGES])
+    # The slowest three answered turns of the default configuration, stage by stage.
+    first = "semantic end of turn" if "semantic end of turn" in falls else next(iter(falls), "")
+    default = falls.get(first, [])
+    slowest = sorted((w for w in default if w.first_audio is not None),
+                     key=lambda w: -(w.first_audio or 0))[:3]
+    if slowest:
+        said = {t.turn_id: t.user_text for t in results[first].turns}
+        report.line()
+        report.table(["slowest turns, ms after end of speech"]
+                     + [f"turn {w.turn_id} ({w.speculation}): {said.get(w.turn_id, '')!r}"
+                        for w in slowest],
+                     [[stage] + [_cell(getattr(w, stage)) for w in slowest] for stage in STAGES])
     on, off = results.get("semantic end of turn"), results.get("speculation off")
     p_on = percentile(on.voice_to_voice_ms, 50) if on else None
     p_off = percentile(off.voice_to_voice_ms, 50) if off else None
