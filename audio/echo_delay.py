@@ -15,8 +15,7 @@ delay whatever its level, and uncorrelated sound (the user, room noise) gives no
 lag is reported once it is sure: one strong peak, or two agreeing weaker ones. A maximum
 on the edge of the searched lags is no peak: the echo may lie beyond it (a path slower
 than ``max_lag_ms``, or a loopback rebuffering under load), and moving the reference
-there would misplace it (a 0.35 maximum on the edge once moved the reference 800 ms
-away from an echo heard at +22 ms, on a loaded CI host).
+there would misplace it.
 """
 
 from __future__ import annotations
