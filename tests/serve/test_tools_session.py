@@ -62,6 +62,15 @@ def _check_with_sdk(events: list[Any]) -> None:
         assert beta.type == beta_json["type"]
 
 
+async def _ask_weather(h: Harness) -> Any:
+    """Offer the weather tool, ask about Oslo, ask for a response: its ``response.done``."""
+    await h.client(_tools(WEATHER))
+    await h.client(_text("Weather in Oslo?"))
+    await h.client(C.ResponseCreate())
+    (done,) = await h.wait_for("response.done")
+    return done
+
+
 def _after(h: Harness, event_type: str) -> list[Any]:
     """The events sent after the last one of ``event_type``."""
     last = max(i for i, e in enumerate(h.sent) if e.type == event_type)
@@ -146,10 +155,7 @@ def test_removing_the_chosen_tool_is_refused() -> None:
 def test_a_call_only_reply_is_one_function_call_item_and_its_output_is_answered() -> None:
     async def main() -> None:
         async with harness(reply="", tool_call=("weather", OSLO)) as h:
-            await h.client(_tools(WEATHER))
-            await h.client(_text("Weather in Oslo?"))
-            await h.client(C.ResponseCreate())
-            (done,) = await h.wait_for("response.done")
+            done = await _ask_weather(h)
             response = _after(h, "response.created")
             assert [e.type for e in response] == [*CALL_ITEM_EVENTS, "response.done"]
             added, conv_added, delta, args_done, item_done, conv_done, _ = response
@@ -193,10 +199,7 @@ def test_a_call_only_reply_is_one_function_call_item_and_its_output_is_answered(
 def test_words_before_a_call_are_a_message_item_then_the_call() -> None:
     async def main() -> None:
         async with harness(reply="let me check", tool_call=("weather", OSLO)) as h:
-            await h.client(_tools(WEATHER))
-            await h.client(_text("Weather in Oslo?"))
-            await h.client(C.ResponseCreate())
-            (done,) = await h.wait_for("response.done")
+            done = await _ask_weather(h)
             message, call = done.response.output
             assert message.type == "message" and message.status == "completed"
             assert message.content[0].transcript == "let me check"
@@ -217,10 +220,7 @@ def test_words_before_a_call_are_a_message_item_then_the_call() -> None:
 def test_function_call_items_are_retrieved_but_not_truncated_nor_created() -> None:
     async def main() -> None:
         async with harness(reply="", tool_call=("weather", OSLO)) as h:
-            await h.client(_tools(WEATHER))
-            await h.client(_text("Weather in Oslo?"))
-            await h.client(C.ResponseCreate())
-            (done,) = await h.wait_for("response.done")
+            done = await _ask_weather(h)
             call = done.response.output[0]
             await h.client(C.ConversationItemRetrieve(item_id=call.id))
             (retrieved,) = await h.wait_for("conversation.item.retrieved")
