@@ -76,6 +76,8 @@ MODES: dict[str, dict[str, object]] = {
     "fixed 300 ms": {"vad.end_of_turn": "fixed", "vad.end_of_turn_ms": 300,
                      "turns.speculate": False},
     "semantic, text only": {"vad.end_of_turn": "semantic", "vad.smart_turn": False},
+    "semantic, one audio wait (1000 ms)": {"vad.end_of_turn": "semantic",
+                                           "vad.smart_turn_wait_short_ms": 0},
     "semantic": {"vad.end_of_turn": "semantic"},
 }
 PIPECAT_STOP_MS = (200, 3000)

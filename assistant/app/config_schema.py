@@ -113,6 +113,10 @@ class VadConfig(_Section):
     """Semantic mode: also ask the audio model (models.smart_turn) at each pause."""
     smart_turn_wait_ms: int = Field(1000, gt=0)
     """Semantic mode: the least silence that ends a turn the audio model calls unfinished."""
+    smart_turn_wait_short_ms: int = Field(600, ge=0)
+    """Semantic mode: that least silence for a short request (`semantic_short_words`)
+    scored complete (at or above `semantic_p_complete_short`): "Yes, please" heard as
+    unfinished. Longer than the pause inside "Five, five". 0: `smart_turn_wait_ms`."""
 
 
 class AsrConfig(_Section):

@@ -33,7 +33,10 @@ and "What I really want to know is" scored 0.029 (721 ms: cut off at a 900 ms pa
 
 A second, audio signal may veto a short wait: Smart Turn v3 (`audio.smart_turn`), asked
 at the same pause, hears whether the speech *sounds* finished. When it calls the turn
-unfinished (P(complete) < 0.5) the turn ends after ``audio_wait_ms`` at the least. The
+unfinished (P(complete) < 0.5) the turn ends after ``audio_wait_ms`` at the least --
+``audio_wait_short_ms`` for a short request the text model is sure of ("Yes, please",
+"What time is it?"), long enough to outlast the inner pause of "Five, [pause] five"
+(tuned as the bar above; a wait shorter than that pause cut such requests off). The
 text model alone misses pauses inside a sentence whose words could end one ("My sister
 and I were thinking about" 0.09), and there the audio model is often sure (0.02). On
 bench/bench_turns.py's set, with the pause opened inside the sentence spoken whole (as a
@@ -80,6 +83,9 @@ class EndOfTurnOptions:
     audio_wait_ms: int = 0
     """The least silence that ends a turn the audio model calls unfinished; 0: no audio
     model (``vad.smart_turn``)."""
+    audio_wait_short_ms: int = 0
+    """That least silence for a short request whose text score is at or above its bar
+    (``p_complete_short``); 0: ``audio_wait_ms`` (never more than it)."""
     short_words: int = 3
     """A transcript of at most this many words is a short request (0: none is)."""
     p_complete_short: float = 0.03
@@ -96,6 +102,9 @@ class EndOfTurnOptions:
             raise ValueError(f"fallback_ms must be positive, got {self.fallback_ms}")
         if self.audio_wait_ms < 0:
             raise ValueError(f"audio_wait_ms must be >= 0, got {self.audio_wait_ms}")
+        if self.audio_wait_short_ms < 0:
+            raise ValueError(
+                f"audio_wait_short_ms must be >= 0, got {self.audio_wait_short_ms}")
         if not 0.0 < self.p_incomplete < self.p_complete < 1.0:
             raise ValueError(f"need 0 < p_incomplete ({self.p_incomplete}) < p_complete "
                              f"({self.p_complete}) < 1")
@@ -108,10 +117,23 @@ class EndOfTurnOptions:
         """The ``p_complete`` that applies to ``text``: ``p_complete_short`` for a short
         request (never above ``p_complete``, and only while above ``p_incomplete``);
         ``p_complete`` when the text is not known ("")."""
-        words = len(scoring_text(text).split())
-        if 0 < words <= self.short_words and self.p_incomplete < self.p_complete_short:
+        if self._is_short(text) and self.p_incomplete < self.p_complete_short:
             return min(self.p_complete_short, self.p_complete)
         return self.p_complete
+
+    def audio_wait_for(self, text: str, p_end: float | None) -> int:
+        """The least silence when the audio model calls ``text`` unfinished: shorter
+        (``audio_wait_short_ms``) for a short request scored at or above its bar that
+        does not trail off."""
+        if self.audio_wait_short_ms <= 0 or p_end is None or math.isnan(p_end) \
+                or trails_off(text) or not self._is_short(text):
+            return self.audio_wait_ms
+        if p_end < self.p_complete_for(text):
+            return self.audio_wait_ms
+        return min(self.audio_wait_short_ms, self.audio_wait_ms)
+
+    def _is_short(self, text: str) -> bool:
+        return 0 < len(scoring_text(text).split()) <= self.short_words
 
     @property
     def longest_ms(self) -> int:
@@ -150,7 +172,7 @@ def endpoint_silence_ms(p_end: float | None, options: EndOfTurnOptions, text: st
     silence = _text_silence_ms(p_end, o, text)
     if o.uses_audio and p_audio is not None and not math.isnan(p_audio) \
             and p_audio < AUDIO_COMPLETE_P:
-        silence = max(silence, o.audio_wait_ms)
+        silence = max(silence, o.audio_wait_for(text, p_end))
     return silence
 
 

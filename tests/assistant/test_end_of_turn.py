@@ -364,10 +364,51 @@ def test_a_short_request_is_held_to_a_lower_bar_a_long_sentence_is_not() -> None
     assert endpoint_silence_ms(0.03, o, "Name a big animal") > 600
     assert endpoint_silence_ms(0.001, o, "What is the") == o.max_silence_ms
     assert endpoint_silence_ms(0.05, o, "Set a timer,") == o.max_silence_ms  # trails off
-    # The audio model's veto still holds over a short request.
+    # The audio model's veto still holds over a short request (without a shorter wait).
     assert endpoint_silence_ms(0.3, dataclasses.replace(o, audio_wait_ms=1000), "Yes, please.",
                                p_audio=0.09) == 1000
     # No short rule for unknown text, or when the user's own bar is lower.
     assert o.p_complete_for("") == o.p_complete
     assert dataclasses.replace(o, p_complete=0.005).p_complete_for("Thanks") == 0.005
     assert dataclasses.replace(o, p_incomplete=0.04, p_complete=0.5).p_complete_for("Hi") == 0.5
+
+
+def test_a_short_request_scored_complete_waits_less_for_the_audio_models_veto() -> None:
+    """Issue #47: "Yes, please" (text 0.31, audio 0.09) waited the whole 1000 ms veto.
+    With audio_wait_short_ms it waits that instead -- still longer than the pause inside
+    "Five, [pause] five" -- and only where the text score is sure: a long sentence, a
+    short one under its bar, one that trails off and an unknown score keep the veto."""
+    o = EndOfTurnOptions(mode="semantic", audio_wait_ms=1000, audio_wait_short_ms=600)
+    assert endpoint_silence_ms(0.3, o, "Yes, please.", p_audio=0.09) == 600
+    assert endpoint_silence_ms(0.03, o, "Thanks!", p_audio=0.2) == 600  # on the bar
+    assert endpoint_silence_ms(0.3, o, "Yes, please.", p_audio=0.9) == o.min_silence_ms
+    assert endpoint_silence_ms(0.29, o, "5.", p_audio=0.07) == 600  # > Five, [340 ms]
+    assert endpoint_silence_ms(0.3, o, "Can you tell me the way", p_audio=0.09) == 1000
+    assert endpoint_silence_ms(0.02, o, "Two plus two", p_audio=0.3) == 1000  # under 0.03
+    assert endpoint_silence_ms(0.3, o, "Yes, please,", p_audio=0.09) == o.max_silence_ms
+    assert endpoint_silence_ms(None, o, "Yes, please.", p_audio=0.09) == 1000
+    assert endpoint_silence_ms(float("nan"), o, "Yes, please.", p_audio=0.09) == 1000
+    # 0 (the options' default): the one wait; a short wait above the long one is capped.
+    assert endpoint_silence_ms(0.3, dataclasses.replace(o, audio_wait_short_ms=0),
+                               "Yes, please.", p_audio=0.09) == 1000
+    assert endpoint_silence_ms(0.3, dataclasses.replace(o, audio_wait_short_ms=1500),
+                               "Yes, please.", p_audio=0.09) == 1000
+    with pytest.raises(ValueError, match="audio_wait_short_ms"):
+        EndOfTurnOptions(audio_wait_short_ms=-1)
+
+
+def test_the_configured_short_audio_wait_reaches_the_rule_and_scales_with_eagerness() -> None:
+    from assistant.app.config import default_config_path, load_config
+    from assistant.loop.setup import end_of_turn_options
+    from assistant.serve.backend import contract as B
+    from assistant.serve.backend.settings_map import end_of_turn
+
+    cfg = load_config(default_config_path(), env={},
+                      overrides={"vad.smart_turn_wait_short_ms": 700})
+    o = end_of_turn_options(cfg)
+    assert (o.audio_wait_ms, o.audio_wait_short_ms) == (1000, 700)
+    assert end_of_turn_options(load_config(default_config_path(), env={})
+                               ).audio_wait_short_ms == 600
+    high = end_of_turn(TurnOptions(speculate=True, end_of_turn=o),
+                       B.TurnDetectionSettings(type="semantic_vad", eagerness="high"))
+    assert (high.audio_wait_ms, high.audio_wait_short_ms) == (500, 350)

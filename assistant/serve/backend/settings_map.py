@@ -46,10 +46,12 @@ def end_of_turn(base: TurnOptions, td: B.TurnDetectionSettings) -> EndOfTurnOpti
     if td.type != "semantic_vad" or not base.speculate:
         return dataclasses.replace(configured, mode="fixed", fallback_ms=td.silence_duration_ms)
     low, high = EAGERNESS.get(td.eagerness, EAGERNESS["auto"])
-    # The audio model's wait scales with the eagerness (1000 of 1600 ms at medium).
-    audio = round(configured.audio_wait_ms * high / EAGERNESS["auto"][1])
+    # The audio model's waits scale with the eagerness (1000 of 1600 ms at medium).
+    scale = high / EAGERNESS["auto"][1]
     return dataclasses.replace(configured, mode="semantic", fallback_ms=td.silence_duration_ms,
-                               min_silence_ms=low, max_silence_ms=high, audio_wait_ms=audio)
+                               min_silence_ms=low, max_silence_ms=high,
+                               audio_wait_ms=round(configured.audio_wait_ms * scale),
+                               audio_wait_short_ms=round(configured.audio_wait_short_ms * scale))
 
 
 def vad_options(base: Any, td: B.TurnDetectionSettings, turns: TurnOptions) -> Any:
