@@ -400,6 +400,12 @@ class ServerConfig(_Section):
     batch_asr: bool = True
     """Sessions' Whisper decodes share CTranslate2 calls (`audio.asr_batch`): decodes made
     at the same time run as one batch, each with the result it would get alone."""
+    listening_partials: bool = False
+    """Re-decode a session's speech every `asr.partial_interval_ms` while the user has the
+    floor, as `talk` does to show it (the daemon sends no partial transcripts). Off:
+    only speech over a reply is, to tell an interruption from a backchannel; the user's
+    turn is decoded at its pauses and its end, which leaves the cores to other sessions'
+    turns (`bench/bench_serve.py`)."""
 
 
 class LoggingConfig(_Section):

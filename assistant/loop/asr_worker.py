@@ -103,6 +103,9 @@ class _Utterance:
     audio: list[npt.NDArray[np.float32]] = field(default_factory=list)
     unfed: list[npt.NDArray[np.float32]] = field(default_factory=list)
     partials: bool = True
+    """Display partials run now (held during a pause)."""
+    display: bool = True
+    """Display partials run at all for this utterance (else its audio is not fed to them)."""
     preview: _Decoded | None = None
     """The latest preview decode."""
 
@@ -147,7 +150,9 @@ class AsrWorker(Worker):
                 self.post(AsrPartial(utt_id, p.text, p.stable_text, p.word_p))
             return
 
-    def open(self, utt_id: int, pcm: npt.NDArray[np.float32], start_sample: int) -> None:
+    def open(self, utt_id: int, pcm: npt.NDArray[np.float32], start_sample: int, *,
+             partials: bool = True) -> None:
+        """A new utterance; ``partials``: with display partials in the background."""
         from audio.streaming_asr import StreamingTranscriber
 
         def command() -> None:
@@ -156,11 +161,12 @@ class AsrWorker(Worker):
             # transcript behind it; one that loops is dropped.
             streaming = StreamingTranscriber.from_transcriber(self.transcriber, self.options,
                                                               guard=GLANCE)
-            utt = _Utterance(start_sample, streaming)
+            utt = _Utterance(start_sample, streaming, display=partials)
             self._utts[utt_id] = utt
             if pcm.size:
                 utt.audio.append(pcm)
-                utt.unfed.append(pcm)
+                if partials:
+                    utt.unfed.append(pcm)
         self.submit(command)
 
     def feed(self, utt_id: int, pcm: npt.NDArray[np.float32]) -> None:
@@ -168,7 +174,8 @@ class AsrWorker(Worker):
             utt = self._utts.get(utt_id)
             if utt is not None:
                 utt.audio.append(pcm)
-                utt.unfed.append(pcm)
+                if utt.display:
+                    utt.unfed.append(pcm)
         self.submit(command)
 
     def hold_partials(self, utt_id: int, hold: bool) -> None:

@@ -217,7 +217,10 @@ class Pipeline:
         _ = self.sink.played_samples
         for out in self.listener.process(frame):
             if isinstance(out, UtteranceOpened):
-                self.utterances.open(out.pcm, out.start_sample)
+                # Before its SpeechStarted: the state says whose floor the speech began on.
+                self.utterances.open(out.pcm, out.start_sample, partials=(
+                    self.options.listening_partials
+                    or self.tm.state in (State.SPEAKING, State.THINKING)))
             elif isinstance(out, UtteranceAudio):
                 self.utterances.audio(out.pcm)
             elif isinstance(out, UtterancePaused):

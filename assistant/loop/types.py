@@ -28,6 +28,14 @@ class PipelineOptions:
     quiet_hold_ms: int = 40
     """Hold display partials after this much unvoiced input in an open utterance (0: only
     at the short pause), so the pause-time preview decode does not queue behind one."""
+    listening_partials: bool = True
+    """Display partials (the open utterance re-decoded every
+    ``asr.partial_interval_ms``) for speech that starts while the assistant listens: they
+    show the user's words and compute them into the cache as they come. False: only
+    speech over a reply gets them (its words tell an interruption from a backchannel);
+    the user's own turn is decoded at its pauses and its end and no more -- where many
+    conversations share the cores (the daemon, which shows no partials), the re-decodes
+    cost the other conversations' turns more than the early cache saves."""
     presynthesize: bool = True
     """Synthesise a speculation's first clause ahead (never played unless adopted)."""
     first_clause_priority: bool = True

@@ -68,12 +68,15 @@ class UtteranceTracker:
 
     # ------------------------------------------------------------------ listener input
 
-    def open(self, pcm: npt.NDArray[np.float32], start_sample: int) -> None:
+    def open(self, pcm: npt.NDArray[np.float32], start_sample: int, *,
+             partials: bool = True) -> None:
+        """A new utterance; ``partials``: with display partials (else its decodes are
+        the previews and the final only)."""
         utt = _Utt(self._next_id)
         self._next_id += 1
         self._utt = utt
         self._quiet_ms, self._quiet_hold = 0, False
-        self.asr.open(utt.utt_id, pcm, start_sample)
+        self.asr.open(utt.utt_id, pcm, start_sample, partials=partials)
 
     def audio(self, pcm: npt.NDArray[np.float32]) -> None:
         if self._utt is not None and self._utt.end_sample is None:

@@ -145,9 +145,10 @@ def runtime_from_models(cfg: AppConfig, models: LoopModels) -> ServeRuntime:
     return ServeRuntime(
         cfg=cfg, models=models, asr_batcher=batcher,
         # One engine serves every session: a pause in one must not hold the others'
-        # steps (`PipelineOptions.pause_priority`).
+        # steps (`PipelineOptions.pause_priority`), nor one's display partials their turns.
         settings=dataclasses.replace(settings, pipeline=dataclasses.replace(
-            settings.pipeline, pause_priority=False)),
+            settings.pipeline, pause_priority=False,
+            listening_partials=cfg.server.listening_partials)),
         session_queue=cfg.server.session_queue,
         served=served, defaults=defaults, audio_delta_ms=cfg.server.audio_delta_ms,
         audio_lead_ms=cfg.server.audio_lead_ms,

@@ -70,7 +70,8 @@ class FakeRun:
 
 async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize: bool,
                transcriber: CountingTranscriber, clock: VirtualClock | None = None,
-               gate: StepGate | None = None, score_end_of_turn: bool = False) -> FakeRun:
+               gate: StepGate | None = None, score_end_of_turn: bool = False,
+               listening_partials: bool = True) -> FakeRun:
     clock = clock or VirtualClock(RATE)
     synth = ToneSynthesizer()
     sink = WavSink(tmp / "heard.wav", clock, RATE)
@@ -83,7 +84,8 @@ async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize:
         synthesizer=synth,
         turn_manager=TurnManager(turns), listener=Listener(VAD, None, ToneClassifier()),
         clock=clock, sink=sink, asr_options=StreamingASROptions(), clauses=ClauseRule(min_chars=6),
-        options=PipelineOptions(virtual=True, presynthesize=presynthesize, pause_priority=True),
+        options=PipelineOptions(virtual=True, presynthesize=presynthesize, pause_priority=True,
+                                listening_partials=listening_partials),
         on_output=outputs.append)
     try:
         for start in range(0, signal.size - FRAME + 1, FRAME):
@@ -257,6 +259,40 @@ def test_the_words_so_far_are_computed_into_the_cache_while_the_user_speaks(
     assert r.of(log.ResponseStartedEntry)[0].speculation == "hit"
     m = r.result.metrics
     assert m.sequence_matches_history and m.history_text_matches
+
+
+def test_without_listening_partials_the_users_turn_is_decoded_at_its_pause_and_end(
+        tmp_path: Path) -> None:
+    """The daemon's way (server.listening_partials false): no re-decodes while the user
+    has the floor, so the prompt is computed at the pause; the reply is the same hit."""
+    signal = np.concatenate([silence(300), voice(1500), silence(400)])
+    transcriber = _WordTranscriber()
+    r = asyncio.run(_run(signal, tmp_path, TurnOptions(), True, transcriber,
+                         listening_partials=False))
+    assert r.of(log.TranscriptPartialEntry) == [] and r.of(log.PromptWarmedEntry) == []
+    assert r.of(log.ResponseStartedEntry)[0].speculation == "hit"
+    assert r.of(log.ResponseDoneEntry)[0].text == scripted_reply(
+        r.of(log.TranscriptFinalEntry)[0].text)
+    decodes = transcriber.calls
+    with_partials = _WordTranscriber()
+    asyncio.run(_run(signal, tmp_path, TurnOptions(), True, with_partials))
+    assert decodes < with_partials.calls  # the partials' re-decodes are what went
+    m = r.result.metrics
+    assert m.sequence_matches_history and m.history_text_matches
+
+
+def test_without_listening_partials_speech_over_a_reply_still_gets_them(
+        tmp_path: Path) -> None:
+    """Partials of speech over the reply decide the interruption: they stay."""
+    signal = np.concatenate([silence(300), voice(1000), silence(570 + 1200), voice(1500),
+                             silence(600)])
+    r = asyncio.run(_run(signal, tmp_path, TurnOptions(), True, _WordTranscriber(),
+                         listening_partials=False))
+    reply = r.of(log.AudioStartedEntry)[0]
+    partials = r.of(log.TranscriptPartialEntry)
+    assert partials and all(e.t_ms > reply.t_ms for e in partials)
+    assert len(r.of(log.BargeInEntry)) == 1
+    assert r.of(log.ResponseDoneEntry)[0].interrupted
 
 
 class _WhenTranscriber(CountingTranscriber):
