@@ -219,8 +219,7 @@ class Pipeline:
             if isinstance(out, UtteranceOpened):
                 # Before its SpeechStarted: the state says whose floor the speech began on.
                 self.utterances.open(out.pcm, out.start_sample, partials=(
-                    self.options.listening_partials
-                    or self.tm.state in (State.SPEAKING, State.THINKING)))
+                    self.options.listening_partials or self.tm.assistant_has_floor))
             elif isinstance(out, UtteranceAudio):
                 self.utterances.audio(out.pcm)
             elif isinstance(out, UtterancePaused):
@@ -344,7 +343,7 @@ class Pipeline:
         # Speech starting while a reply holds the floor is held until it counts.
         self._publisher.emit(entry, over_reply=(
             isinstance(entry, log.SpeechStartedEntry) and self.interruptions_pause
-            and self.state in (State.THINKING, State.SPEAKING)))
+            and self.tm.assistant_has_floor))
 
     def _apply_vad(self) -> None:
         vad = self._pending_vad

@@ -107,7 +107,7 @@ def _asr_partial(p: LoopParts, item: AsrPartial) -> None:
     p.emit(log.TranscriptPartialEntry(p.now_ms(), item.text))
     if not p.utterances.is_current(item.utt_id):
         return
-    if p.tm.state in (State.SPEAKING, State.THINKING):
+    if p.tm.assistant_has_floor:
         # Speech over the reply: its words tell a real interruption from a backchannel.
         p.turn_input(InterimTranscript(p.now_ms(), item.text, item.word_p))
     elif p.tm.state is State.USER_SPEAKING and p.tm.options.speculate:

@@ -125,12 +125,10 @@ class EndOfTurnOptions:
         """The least silence when the audio model calls ``text`` unfinished: shorter
         (``audio_wait_short_ms``) for a short request scored at or above its bar that
         does not trail off."""
-        if self.audio_wait_short_ms <= 0 or p_end is None or math.isnan(p_end) \
-                or trails_off(text) or not self._is_short(text):
-            return self.audio_wait_ms
-        if p_end < self.p_complete_for(text):
-            return self.audio_wait_ms
-        return min(self.audio_wait_short_ms, self.audio_wait_ms)
+        sure = (self.audio_wait_short_ms > 0 and self._is_short(text) and p_end is not None
+                and not math.isnan(p_end) and not trails_off(text)
+                and p_end >= self.p_complete_for(text))
+        return min(self.audio_wait_short_ms, self.audio_wait_ms) if sure else self.audio_wait_ms
 
     def _is_short(self, text: str) -> bool:
         return 0 < len(scoring_text(text).split()) <= self.short_words

@@ -91,7 +91,9 @@ class OverReply:
     def _enter_pause(self, out: list[TurnAction]) -> None:
         raise NotImplementedError
 
-    def _assistant_has_floor(self) -> bool:
+    @property
+    def assistant_has_floor(self) -> bool:
+        """The assistant is answering (thinking or speaking): speech now is over its reply."""
         return self._state in (State.THINKING, State.SPEAKING)
 
     # ---- inputs: each ``*_over_reply`` returns True when the input was speech over the reply
@@ -104,7 +106,7 @@ class OverReply:
             self._commit_pause(ev.t_ms, out, speaking=True)
             self._pending_finals += int(finalized)
             return True
-        if not self._assistant_has_floor():
+        if not self.assistant_has_floor:
             return False
         if self._candidate is None:
             voiced = max(0, ev.voiced_ms)

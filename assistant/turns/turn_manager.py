@@ -164,7 +164,7 @@ class TurnManager(OverReply):
         self._start_response(out)
 
     def _on_interrupt(self, ev: Interrupt, out: list[TurnAction]) -> None:
-        if ev.turn_id != self._active_turn or not self._assistant_has_floor():
+        if ev.turn_id != self._active_turn or not self.assistant_has_floor:
             return
         if self._interrupt_paused(ev, out):  # the caller's cut wins over the pause
             return
@@ -270,7 +270,7 @@ class TurnManager(OverReply):
         self._prefix = ""
 
     def _on_playback_done(self, ev: PlaybackDone, out: list[TurnAction]) -> None:
-        if ev.turn_id != self._active_turn or not self._assistant_has_floor():
+        if ev.turn_id != self._active_turn or not self.assistant_has_floor:
             return
         if self._paused_reply is not None:
             return  # a paused reply is not over (the player reports it after a resume)
