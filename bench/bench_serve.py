@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import yaml
 from results import Report, add_no_write, write_results
+from stage_time import STAGES, StageTimer, StageTotals
 from websockets.asyncio.client import connect
 
 from assistant.app.config import default_config_path, load_config
@@ -276,12 +277,17 @@ async def main_async(args: argparse.Namespace) -> int:
                             served=runtime.served, engine_gauges=runtime.engine_gauges)
     await server.start()
     report = Report()
+    timer = StageTimer()
     try:
-        rows = []
+        rows, stage_rows = [], []
         base: tuple[float | None, float] | None = None
         for n in [n for n in args.sessions if n > 0]:
-            stats, wall = await concurrency(server, runtime, voices, n, args.turns,
-                                            args.phase_limit)
+            with timer.installed():
+                before = timer.snapshot()
+                stats, wall = await concurrency(server, runtime, voices, n, args.turns,
+                                                args.phase_limit)
+                stage_rows.append(stage_row(n, stats.turns, wall,
+                                            timer.since(before, timer.snapshot())))
             tps = stats.tokens / wall if wall else 0.0
             p50, p95 = percentile(stats.v2v_s, 50), percentile(stats.v2v_s, 95)
             if base is None:
@@ -304,6 +310,16 @@ async def main_async(args: argparse.Namespace) -> int:
                     f"by more than one sequence (page size {runtime.cfg.engine.page_size} "
                     "tokens); loop lag: how late a 10 ms timer fired on the server's event loop")
         report.line(f"engine after the concurrency runs: {runtime.engine_stats()}")
+        if stage_rows:
+            report.table(["sessions", *(f"{s} per turn" for s in STAGES), "decodes per turn",
+                          "stages busy / wall"], stage_rows)
+            report.line("per turn: the wall time of each stage's model calls over the run "
+                        "(bench/stage_time.py), divided by the turns; at N = 1 close to "
+                        "what each costs alone, with more sessions it includes waiting for "
+                        "the cores. Threads: engine.threads for the engine "
+                        f"({runtime.cfg.engine.threads or 'one per core but one'}), one for "
+                        "Smart Turn, up to every core for Whisper and Piper. stages busy / "
+                        "wall: their sum over the run's wall time")
         seconds = args.minutes * 60 if args.minutes else args.seconds
         samples = await churn(server, runtime, voices, seconds, args.churn_sessions,
                               args.churn_turns)
@@ -334,6 +350,13 @@ async def main_async(args: argparse.Namespace) -> int:
         write_results("serve-soak" if args.minutes else "serve", report.blocks,
                       command=sys.orig_argv)
     return 1 if leak else 0
+
+
+def stage_row(n: int, turns: int, wall: float, spent: dict[str, StageTotals]) -> list[object]:
+    per = max(1, turns)
+    busy = sum(spent[s].seconds for s in STAGES)
+    return [n, *(f"{1000 * spent[s].seconds / per:.0f} ms" for s in STAGES),
+            f"{spent['decodes'].calls / per:.1f}", f"{busy / wall:.2f}" if wall else "-"]
 
 
 def _ms(seconds: float | None) -> str:
