@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from bench_turns import SENTENCES, SHORT, speak, voices
+from bench_turns import HALVES, SENTENCES, SHORT, cut_sentence, speak, voices
 from results import Report, add_no_write, write_results
 
 from assistant.app.config import default_config_path, load_config
 from assistant.loop.setup import load_models
 from assistant.replay.scenario import Say
-from assistant.replay.splice import insert_pause, word_gap_ms
+from assistant.replay.splice import word_gap_ms
 from audio.smart_turn import COMPLETE_P
 
 CUT_PAUSE_MS = 900
@@ -38,14 +38,14 @@ def main() -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--silences", default="200,300,400,600,800",
                    help="silence after the speech at which the model is asked (ms)")
-    p.add_argument("--half", choices=("all", "tune", "held-out"), default="all",
+    p.add_argument("--half", choices=tuple(HALVES), default="all",
                    help="bench_turns.py's halves: even-numbered entries (tune), odd ones")
     add_no_write(p)
     args = p.parse_args()
     silences = [int(x) for x in args.silences.split(",")]
     if not silences or max(silences) >= CUT_PAUSE_MS or min(silences) <= 0:
         p.error(f"--silences must lie between 0 and the cut's pause ({CUT_PAUSE_MS} ms)")
-    keep = {"all": (0, 1), "tune": (0,), "held-out": (1,)}[args.half]
+    keep = HALVES[args.half]
     cfg = load_config(default_config_path(), env={}, overrides={"vad.smart_turn": True})
     print("loading models ...", file=sys.stderr)
     models = load_models(cfg, deterministic_tts=True)
@@ -72,9 +72,7 @@ def main() -> int:
             whole = speak(models, voice, [Say(f"{head} {tail}")])
             ask("complete", whole.pcm, whole.said()[0].end_ms)
             at = word_gap_ms(models.transcriber, whole, head)
-            cut = (speak(models, voice, [Say(head), Say(tail, gap_ms=CUT_PAUSE_MS)])
-                   if at is None else
-                   insert_pause(whole, at, CUT_PAUSE_MS, noise_floor_dbfs=voice.noise_dbfs))
+            cut = cut_sentence(models, voice, whole, head, tail, at, CUT_PAUSE_MS)
             ask("cut", cut.pcm, cut.said()[0].end_ms)
         print(f"{voice.name} done", file=sys.stderr, flush=True)
 
@@ -90,7 +88,7 @@ def main() -> int:
                   for k, s in enumerate(silences)])
     report.line(f"half: {args.half}; complete: the short requests and the sentences spoken "
                 f"whole; cut: the sentences with a {CUT_PAUSE_MS} ms pause inside, asked "
-                "within that pause; called complete: P(complete) >= 0.5")
+                f"within that pause; called complete: P(complete) >= {COMPLETE_P}")
     if not args.no_write:
         name = "smart-turn" if args.half == "all" else f"smart-turn-{args.half}"
         write_results(name, report.blocks, command=sys.orig_argv)

@@ -80,6 +80,9 @@ MODES: dict[str, dict[str, object]] = {
                                            "vad.smart_turn_wait_short_ms": 0},
     "semantic": {"vad.end_of_turn": "semantic"},
 }
+HALVES = {"all": (0, 1), "tune": (0,), "held-out": (1,)}
+"""``--half``: the entries' indices mod 2 it keeps (tune: the even ones, which the rules'
+thresholds were tuned on; held-out: the odd ones)."""
 PIPECAT_STOP_MS = (200, 3000)
 """pipecat's Smart Turn rule: (its VAD's stop, when the model is asked; the silence that
 ends a turn it calls unfinished)."""
@@ -124,6 +127,16 @@ def speak(models: LoopModels, voice: Voice, parts: list[Say]) -> Scenario:
     return render_scenario(parts, synth, noise_floor_dbfs=voice.noise_dbfs)
 
 
+def cut_sentence(models: LoopModels, voice: Voice, whole: Scenario, head: str, tail: str,
+        at: int | None, pause_ms: int) -> Scenario:
+    """The sentence ``whole`` with a ``pause_ms`` pause after ``head``: opened at ``at``
+    (ms, between its words: :func:`assistant.replay.splice.word_gap_ms`), or, when there
+    is no such point, ``head`` and ``tail`` spoken as two utterances."""
+    if at is None:
+        return speak(models, voice, [Say(head), Say(tail, gap_ms=pause_ms)])
+    return insert_pause(whole, at, pause_ms, noise_floor_dbfs=voice.noise_dbfs)
+
+
 def pipecat_ms(p_complete: float) -> int:
     """The silence after which pipecat's Smart Turn rule ends the turn."""
     return PIPECAT_STOP_MS[0] if p_complete > 0.5 else PIPECAT_STOP_MS[1]
@@ -144,12 +157,12 @@ def main() -> int:
     p.add_argument("--cuts", choices=("natural", "separate"), default="natural",
                    help="pause inside the sentence spoken whole (natural), or its first "
                         "words spoken as an utterance of their own (separate)")
-    p.add_argument("--half", choices=("all", "tune", "held-out"), default="all",
+    p.add_argument("--half", choices=tuple(HALVES), default="all",
                    help="the even-numbered sentences and short requests (tune: what the "
                         "rules' thresholds were tuned on), the odd ones (held-out), or all")
     add_no_write(p)
     args = p.parse_args()
-    keep = {"all": (0, 1), "tune": (0,), "held-out": (1,)}[args.half]
+    keep = HALVES[args.half]
     sentences = [s for i, s in enumerate(SENTENCES[:args.sentences]) if i % 2 in keep]
     shorts = [s for i, s in enumerate(SHORT[:args.short]) if i % 2 in keep]
     st_name = "pipecat: smart turn v3.2 alone"
@@ -214,10 +227,7 @@ def main() -> int:
                 fallbacks += int(args.cuts == "natural" and at is None)
                 for pause in pauses:
                     wav = Path(tmp) / "cut.wav"
-                    if at is None:
-                        cut = speak(models, voice, [Say(head), Say(tail, gap_ms=pause)])
-                    else:
-                        cut = insert_pause(whole, at, pause, noise_floor_dbfs=voice.noise_dbfs)
+                    cut = cut_sentence(models, voice, whole, head, tail, at, pause)
                     write_wav(wav, cut.pcm, cut.sample_rate)
                     head_end, resume_ms = cut.said()[0].end_ms, cut.said()[1].start_ms
                     results: dict[str, bool] = {}
