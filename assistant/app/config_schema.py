@@ -1,6 +1,7 @@
 """The typed configuration schema: one frozen section model per ``config.yaml`` section.
 
-Each field's docstring is its description (pydantic's ``use_attribute_docstrings``): the
+The tools section, with its name rules, is `assistant.app.config_tools`; the sections'
+shared base is `assistant.app.config_section`. Each field's docstring is its description (pydantic's ``use_attribute_docstrings``): the
 configuration reference, docs/configuration.md, is written from this module
 (`assistant.app.config_reference`). Reading a file, the environment and ``--set`` into
 these models is `assistant.app.config`.
@@ -8,12 +9,13 @@ these models is `assistant.app.config`.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from assistant.app.config_section import Section
+from assistant.app.config_tools import ToolsConfig
 from assistant.turns.interruption import BACKCHANNELS, INTERRUPT_WORDS
 
 __all__ = [
@@ -33,13 +35,7 @@ __all__ = [
 ]
 
 
-class _Section(BaseModel):
-    # Attribute docstrings are the fields' descriptions (docs/configuration.md).
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True,
-                              use_attribute_docstrings=True)
-
-
-class ModelsConfig(_Section):
+class ModelsConfig(Section):
     """Which models to load. ``default`` is the model shipped in its PyPI package (never
     downloaded); anything else is a local path."""
 
@@ -57,7 +53,7 @@ class ModelsConfig(_Section):
     """'default' (Smart Turn v3.2 from pipecat-ai) or a Smart Turn v3 .onnx path."""
 
 
-class AudioConfig(_Section):
+class AudioConfig(Section):
     """Microphone and speaker (``assistant talk``), and the internal audio format."""
 
     sample_rate: int = Field(16000, gt=0)
@@ -74,7 +70,7 @@ class AudioConfig(_Section):
     """Bounded microphone queue, in frames; an overflow is counted, never blocks."""
 
 
-class VadConfig(_Section):
+class VadConfig(Section):
     """Voice activity detection and the end of the user's turn."""
 
     backend: Literal["webrtc", "silero"] = "webrtc"
@@ -119,7 +115,7 @@ class VadConfig(_Section):
     unfinished. Longer than the pause inside "Five, five". 0: `smart_turn_wait_ms`."""
 
 
-class AsrConfig(_Section):
+class AsrConfig(Section):
     """Speech recognition (faster-whisper)."""
 
     device: Literal["cpu", "cuda", "auto"] = "cpu"
@@ -136,7 +132,7 @@ class AsrConfig(_Section):
     """Whisper encoder window for live speech (0 = the stock 30 s; see audio.whisper_window)."""
 
 
-class TtsConfig(_Section):
+class TtsConfig(Section):
     """Speech synthesis (Piper)."""
 
     length_scale: float = Field(1.0, gt=0.0)
@@ -152,7 +148,7 @@ class TtsConfig(_Section):
     would otherwise slow down by sharing the cores."""
 
 
-class EchoConfig(_Section):
+class EchoConfig(Section):
     """Keeping the assistant from interrupting itself when the speaker reaches the mic."""
 
     mode: Literal["off", "gate", "aec"] = "gate"
@@ -181,7 +177,7 @@ class EchoConfig(_Section):
         return "off" if value is False else value
 
 
-class EngineConfig(_Section):
+class EngineConfig(Section):
     """The LLM engine: our paged, prefix-sharing engine in this process, or vLLM servers."""
 
     device: Literal["cpu", "cuda"] = "cpu"
@@ -249,7 +245,7 @@ class EngineConfig(_Section):
         return self
 
 
-class LlmConfig(_Section):
+class LlmConfig(Section):
     """What the assistant says: the system prompt and sampling."""
 
     system_prompt: str = (
@@ -281,7 +277,7 @@ class LlmConfig(_Section):
     """Keep the context under this many tokens (0: the model's own limit); the oldest exchanges leave it, the kept window recomputed in the background."""
 
 
-class TurnsConfig(_Section):
+class TurnsConfig(Section):
     """Turn-taking: barge-in, speculation, tentative interruptions."""
 
     barge_in_min_ms: int = Field(200, ge=0)
@@ -318,66 +314,7 @@ class TurnsConfig(_Section):
     in the daemon, whose engine serves every session."""
 
 
-# The tools package's rules (assistant.tools: BUILTIN_TOOLS, REFERENCE_PATTERN, NAME_PATTERN),
-# repeated here because assistant.tools imports app's errors and the config may not import
-# it back (no cycles between assistant's packages); tests/tools checks they agree.
-_BUILTIN_PREFIX = "builtin:"
-_BUILTIN_TOOLS = ("get_time", "calculator", "set_timer")
-_TOOL_REFERENCE = re.compile(
-    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*"
-    r"(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
-
-class ToolsConfig(_Section):
-    """Function calling: tools the model may call during a reply (none unless listed)."""
-
-    enabled: tuple[str, ...] = ()
-    """Tools the model may call, in the order it is shown them: ``builtin:get_time``,
-    ``builtin:calculator``, ``builtin:set_timer``, or ``module:function`` naming an
-    importable Python callable (its signature and docstring describe it) or ToolSpec;
-    empty: no tools."""
-    timeout_s: float = Field(5.0, gt=0.0, le=600.0)
-    """A tool call still running after this long, in seconds, is given up on (the model
-    is told it timed out; a sync tool's thread runs on, its result dropped)."""
-    filler_after_ms: int = Field(700, gt=0)
-    """A tool call still running after this long, in ms, gets one short spoken filler."""
-    filler_text: str = "One moment."
-    """The filler said while a slow tool runs ("": none)."""
-    choice: str = "auto"
-    """``auto`` (the model decides whether to call a tool), ``none`` (no tools shown),
-    ``required`` (every reply to the user is a call, decoded under the tools' JSON
-    schemas: valid by construction; the reply to a tool's result is free) or a tool's
-    name (that tool, likewise). Small models (the default SmolLM2-135M) seldom choose a
-    tool by themselves: ``required`` makes one that is always wanted reliable."""
-    speculative_ok: tuple[str, ...] = ("get_time", "calculator")
-    """Tools that may run while the reply is still a speculative draft, by name: only
-    read-only tools (a tool not listed waits until the user's turn is committed)."""
-
-    @field_validator("enabled")
-    @classmethod
-    def _check_references(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for ref in value:
-            if not _TOOL_REFERENCE.match(ref):
-                raise ValueError(f"{ref!r}: expected module:function or builtin:NAME")
-            name = ref[len(_BUILTIN_PREFIX):]
-            if ref.startswith(_BUILTIN_PREFIX) and name not in _BUILTIN_TOOLS:
-                raise ValueError(f"{ref!r}: no such built-in tool (built-ins: "
-                                 f"{', '.join(_BUILTIN_TOOLS)})")
-        if len(set(value)) != len(value):
-            raise ValueError(f"a tool is listed twice in {list(value)}")
-        return value
-
-    @field_validator("speculative_ok")
-    @classmethod
-    def _check_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for name in value:
-            if not _TOOL_NAME.match(name):
-                raise ValueError(f"{name!r} is not a tool name ({_TOOL_NAME.pattern})")
-        return value
-
-
-class ServerConfig(_Section):
+class ServerConfig(Section):
     """``assistant serve``: the Realtime-compatible WebSocket daemon."""
 
     host: str = "127.0.0.1"
@@ -408,7 +345,7 @@ class ServerConfig(_Section):
     turns (`bench/bench_serve.py`)."""
 
 
-class LoggingConfig(_Section):
+class LoggingConfig(Section):
     """Logs (stderr)."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -420,7 +357,7 @@ class LoggingConfig(_Section):
                               use_attribute_docstrings=True)
 
 
-class AppConfig(_Section):
+class AppConfig(Section):
     models: ModelsConfig = ModelsConfig()
     audio: AudioConfig = AudioConfig()
     vad: VadConfig = VadConfig()

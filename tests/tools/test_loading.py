@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from assistant.app import config_schema
+from assistant.app import config_tools
 from assistant.app.config import AppConfig, ConfigError, load_config
 from assistant.app.errors import UserError
 from assistant.tools import (
@@ -144,9 +144,9 @@ def test_bad_tools_config_names_the_key(tmp_path: Path, text: str, message: str)
 
 
 def test_the_config_checks_follow_the_tools_package() -> None:
-    # config_schema repeats these (it may not import assistant.tools): they must agree.
-    assert config_schema._BUILTIN_PREFIX == BUILTIN_PREFIX
-    assert config_schema._BUILTIN_TOOLS == BUILTIN_TOOLS == tuple(
+    # config_tools repeats these (it may not import assistant.tools): they must agree.
+    assert config_tools._BUILTIN_PREFIX == BUILTIN_PREFIX
+    assert config_tools._BUILTIN_TOOLS == BUILTIN_TOOLS == tuple(
         builtin_tools(timers=TimerService(lambda: 0.0)))
-    assert config_schema._TOOL_REFERENCE.pattern == REFERENCE_PATTERN.pattern
-    assert config_schema._TOOL_NAME.pattern == NAME_PATTERN.pattern
+    assert config_tools._TOOL_REFERENCE.pattern == REFERENCE_PATTERN.pattern
+    assert config_tools._TOOL_NAME.pattern == NAME_PATTERN.pattern
