@@ -6,7 +6,12 @@ Not a test: prints tables. With the real models, in one process (server and clie
    speech) in real time, 100 ms per append, silence between questions as a microphone
    would send. Reports voice-to-voice latency (client side: the last sample of the
    question sent -> the first audio delta received) p50 / p95, and aggregate generated
-   tokens per second. The peer for the ratios is N = 1 on the same server.
+   tokens per second. The peer for the ratios is one session alone on the same server,
+   which asks every question ``--alone-rounds`` times (whatever ``--turns`` says), so that
+   its p50 is over the same questions as the larger N's and each of their turns can be
+   set against the same question's median time alone. The sessions speak at the same
+   moments (each turn a burst of N) unless ``--stagger`` spreads their first questions
+   over some seconds.
 2. Churn: for ``--seconds`` (default 60; ``--minutes 10`` for a soak), sessions come and
    go (each asks ``--churn-turns`` questions, then leaves, at most ``--churn-sessions`` at
    a time). Samples process RSS, engine pages and the largest conversation's context;
@@ -14,7 +19,8 @@ Not a test: prints tables. With the real models, in one process (server and clie
    page must be free or cached (no leak).
 
     .venv/bin/python bench/bench_serve.py [--sessions 1,4,8 | --sessions 0] [--turns 2]
-                                          [--seconds 60 | --minutes 10] [--churn-sessions 4]
+                                          [--stagger 0] [--seconds 60 | --minutes 10]
+                                          [--churn-sessions 4]
                                           [--churn-turns 1] [--num-pages N]
 
 The soak of long conversations on a small cache:
@@ -64,6 +70,8 @@ RATE = 24_000
 @dataclass
 class Stats:
     v2v_s: list[float] = field(default_factory=list)
+    asked: list[tuple[int, float]] = field(default_factory=list)
+    """(question index, voice-to-voice s) of each turn, in ``v2v_s``'s order."""
     tokens: int = 0
     turns: int = 0
     failed: int = 0
@@ -114,8 +122,10 @@ def _append(pcm: np.ndarray) -> str:
     return json.dumps({"type": "input_audio_buffer.append", "audio": audio})
 
 
-async def client(url: str, questions: list[np.ndarray], stats: Stats, deadline: float) -> None:
-    """One session: each question in real time, then silence until its response.done."""
+async def client(url: str, questions: list[tuple[int, np.ndarray]], stats: Stats,
+                 deadline: float, delay_s: float = 0.0) -> None:
+    """One session: each question in real time, then silence until its response.done;
+    the first after ``delay_s`` of silence (connected, as a microphone would be)."""
     loop = asyncio.get_running_loop()
     step = RATE * CHUNK_MS // 1000
     silence = _append(np.zeros(step, np.int16))
@@ -143,9 +153,10 @@ async def client(url: str, questions: list[np.ndarray], stats: Stats, deadline: 
         task = asyncio.create_task(reader())
         t = loop.time()
         try:
-            for pcm in questions:
+            for turn, (index, pcm) in enumerate(questions):
                 done.clear()
-                audio = np.concatenate([np.zeros(step * 3, np.int16), pcm])
+                lead = 3 + (round(delay_s * 1000 / CHUNK_MS) if turn == 0 else 0)
+                audio = np.concatenate([np.zeros(step * lead, np.int16), pcm])
                 for i in range(0, len(audio), step):
                     await ws.send(_append(audio[i : i + step]))
                     t += CHUNK_MS / 1000
@@ -160,13 +171,41 @@ async def client(url: str, questions: list[np.ndarray], stats: Stats, deadline: 
                     await asyncio.sleep(max(0.0, t - loop.time()))
                 stats.turns += 1
                 stats.v2v_s.extend(first_audio)
+                stats.asked.extend((index, v2v) for v2v in first_audio)
                 first_audio.clear()
         finally:
             task.cancel()
 
 
+def asks(n: int, turns: int, count: int) -> list[list[int]]:
+    """The questions (indices below ``count``) each of ``n`` sessions asks: session k
+    asks k, k+1, ... in turn (mod ``count``). Every question is asked equally often only
+    when ``n`` is a multiple of ``count``; hence the per-turn ratio against the same
+    question alone (:func:`slowdown_p50`)."""
+    return [[(k + j) % count for j in range(turns)] for k in range(n)]
+
+
+def medians(asked: list[tuple[int, float]]) -> dict[int, float]:
+    """Each question's median voice-to-voice time over its asks."""
+    times: dict[int, list[float]] = {}
+    for q, v2v in asked:
+        times.setdefault(q, []).append(v2v)
+    return {q: float(np.median(ts)) for q, ts in times.items()}
+
+
+def slowdown_p50(asked: list[tuple[int, float]], alone: dict[int, float]) -> float | None:
+    """The median, over turns, of a turn's voice-to-voice time over the same question's
+    time alone (questions not timed alone are left out)."""
+    ratios = [v2v / alone[q] for q, v2v in asked if alone.get(q)]
+    return percentile(ratios, 50) if ratios else None
+
+
 async def concurrency(server: RealtimeServer, runtime: ServeRuntime, voices: list[np.ndarray],
-                      n: int, turns: int, limit_s: float) -> tuple[Stats, float]:
+                      n: int, turns: int, limit_s: float,
+                      stagger_s: float = 0.0) -> tuple[Stats, float]:
+    """``n`` sessions at once; session k starts speaking ``k * stagger_s / n`` s after
+    the first (0: all in step, the worst case; about one turn's length: users who talk
+    independently)."""
     stats = Stats()
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit_s
@@ -182,8 +221,9 @@ async def concurrency(server: RealtimeServer, runtime: ServeRuntime, voices: lis
     lag = asyncio.create_task(loop_lag(stats.loop_lag_s))
     t0 = time.perf_counter()
     await asyncio.gather(*(
-        client(server.url, [voices[(k + j) % len(voices)] for j in range(turns)], stats, deadline)
-        for k in range(n)
+        client(server.url, [(q, voices[q]) for q in session], stats, deadline,
+               delay_s=k * stagger_s / n)
+        for k, session in enumerate(asks(n, turns, len(voices)))
     ))
     wall = time.perf_counter() - t0
     sampling.cancel()
@@ -223,8 +263,8 @@ async def churn(server: RealtimeServer, runtime: ServeRuntime, voices: list[np.n
     stats = Stats()
 
     async def one() -> None:
-        await client(server.url, [rng.choice(voices) for _ in range(turns)], stats,
-                     end + 60 + 20 * turns)
+        picks = [rng.randrange(len(voices)) for _ in range(turns)]
+        await client(server.url, [(q, voices[q]) for q in picks], stats, end + 60 + 20 * turns)
 
     async def sampler() -> None:
         t0 = loop.time()
@@ -281,31 +321,45 @@ async def main_async(args: argparse.Namespace) -> int:
     try:
         rows, stage_rows = [], []
         base: tuple[float | None, float] | None = None
-        for n in [n for n in args.sessions if n > 0]:
+        alone: dict[int, float] = {}
+        levels = [n for n in args.sessions if n > 0]
+        if levels:  # the peer: one session alone, asking every question --alone-rounds times
+            levels = [1, *(n for n in levels if n != 1)]
+        for n in levels:
+            turns = len(voices) * args.alone_rounds if base is None else args.turns
             with timer.installed():
                 before = timer.snapshot()
-                stats, wall = await concurrency(server, runtime, voices, n, args.turns,
-                                                args.phase_limit)
+                stats, wall = await concurrency(server, runtime, voices, n, turns,
+                                                args.phase_limit, args.stagger)
                 stage_rows.append(stage_row(n, stats.turns, wall,
                                             timer.since(before, timer.snapshot())))
             tps = stats.tokens / wall if wall else 0.0
             p50, p95 = percentile(stats.v2v_s, 50), percentile(stats.v2v_s, 95)
             if base is None:
                 base = (p50, tps)
+                alone = medians(stats.asked)
             ratio_p50 = f"{p50 / base[0]:.2f}x" if p50 and base[0] else "-"
             ratio_tps = f"{tps / base[1]:.2f}x" if base[1] else "-"
+            slowdown = slowdown_p50(stats.asked, alone)
             lag = stats.loop_lag_s
             rows.append([n, stats.turns, stats.failed, _ms(p50), _ms(p95), f"{tps:.1f}",
-                         ratio_p50, ratio_tps, stats.max_pages_used, stats.max_pages_shared,
+                         ratio_p50, "-" if slowdown is None else f"{slowdown:.2f}x",
+                         ratio_tps, stats.max_pages_used, stats.max_pages_shared,
                          _ms(percentile(lag, 99)), _ms(max(lag) if lag else None)])
             print(f"N={n}: {rows[-1]}", file=sys.stderr, flush=True)
             await drained(server)
             runtime.check_engine()
         report.table(["sessions", "turns", "timed out", "v2v p50", "v2v p95",
-                      "tokens/s (all)", "p50 vs N=1", "tokens/s vs N=1",
+                      "tokens/s (all)", "p50 vs N=1", "turn vs alone (p50)",
+                      "tokens/s vs N=1",
                       "pages used (max)", "pages shared (max)",
                       "loop lag p99", "loop lag max"], rows)
-        report.line("tokens/s: generated tokens of all sessions / wall time of the run, under a "
+        report.line(f"sessions' first questions spread over {args.stagger:g} s (--stagger). "
+                    f"N=1: one session alone, asking each question {args.alone_rounds} times "
+                    "(the peer); p50 vs N=1: this N's v2v p50 over N=1's; turn vs alone: the "
+                    "median over this N's "
+                    "turns of each turn's v2v over the same question's median at N=1. "
+                    "tokens/s: generated tokens of all sessions / wall time of the run, under a "
                     "real-time load (audio in and out at 1x); pages shared: KV pages referenced "
                     f"by more than one sequence (page size {runtime.cfg.engine.page_size} "
                     "tokens); loop lag: how late a 10 ms timer fired on the server's event loop")
@@ -369,7 +423,16 @@ def main() -> int:
     p.add_argument("--config")
     p.add_argument("--sessions", type=lambda s: [int(x) for x in s.split(",")],
                    default=[1, 4, 8], help="concurrency levels (default 1,4,8)")
-    p.add_argument("--turns", type=int, default=2, help="questions per session (default 2)")
+    p.add_argument("--turns", type=int, default=2,
+                   help="questions per session for N > 1 (default 2); the N=1 peer asks each "
+                        f"of the {len(QUESTIONS)} questions --alone-rounds times")
+    p.add_argument("--alone-rounds", type=int, default=3, metavar="R",
+                   help="the N=1 peer asks every question R times (default 3); a question's "
+                        "time alone is the median of its R")
+    p.add_argument("--stagger", type=float, default=0.0, metavar="S",
+                   help="spread the sessions' first questions evenly over S seconds (default "
+                        "0: all at once, each turn a burst; ~6 s, about one turn, is users "
+                        "talking independently)")
     p.add_argument("--seconds", type=float, default=60.0, help="churn phase length (default 60)")
     p.add_argument("--minutes", type=float, default=0.0, help="churn phase in minutes (soak)")
     p.add_argument("--churn-sessions", type=int, default=4, help="sessions at a time in churn")
@@ -387,6 +450,8 @@ def main() -> int:
                    help="give up on a concurrency level after this many seconds")
     add_no_write(p)
     args = p.parse_args()
+    if not 1 <= args.alone_rounds <= 5:
+        p.error("--alone-rounds must be 1-5")
     if max(args.sessions) > 16 or args.turns > 10 or args.churn_turns > 100 or (args.minutes or args.seconds / 60) > 60:
         p.error("bounded benchmark: at most 16 sessions, 10 turns, 60 minutes")
     return asyncio.run(main_async(args))
