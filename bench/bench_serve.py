@@ -69,9 +69,8 @@ RATE = 24_000
 
 @dataclass
 class Stats:
-    v2v_s: list[float] = field(default_factory=list)
     asked: list[tuple[int, float]] = field(default_factory=list)
-    """(question index, voice-to-voice s) of each turn, in ``v2v_s``'s order."""
+    """(question index, voice-to-voice s) of each turn."""
     tokens: int = 0
     turns: int = 0
     failed: int = 0
@@ -81,6 +80,11 @@ class Stats:
     max_pages_used: int = 0
     loop_lag_s: list[float] = field(default_factory=list)
     """Scheduling lag of a 10 ms timer on the event loop, sampled through the run."""
+
+    @property
+    def v2v_s(self) -> list[float]:
+        """Each turn's voice-to-voice time, s."""
+        return [v2v for _, v2v in self.asked]
 
 
 class FullCollections:
@@ -170,7 +174,6 @@ async def client(url: str, questions: list[tuple[int, np.ndarray]], stats: Stats
                     t += CHUNK_MS / 1000
                     await asyncio.sleep(max(0.0, t - loop.time()))
                 stats.turns += 1
-                stats.v2v_s.extend(first_audio)
                 stats.asked.extend((index, v2v) for v2v in first_audio)
                 first_audio.clear()
         finally:

@@ -128,7 +128,7 @@ def speak(models: LoopModels, voice: Voice, parts: list[Say]) -> Scenario:
 
 
 def cut_sentence(models: LoopModels, voice: Voice, whole: Scenario, head: str, tail: str,
-        at: int | None, pause_ms: int) -> Scenario:
+                 at: int | None, pause_ms: int) -> Scenario:
     """The sentence ``whole`` with a ``pause_ms`` pause after ``head``: opened at ``at``
     (ms, between its words: :func:`assistant.replay.splice.word_gap_ms`), or, when there
     is no such point, ``head`` and ``tail`` spoken as two utterances."""

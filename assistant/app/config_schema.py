@@ -1,10 +1,10 @@
 """The typed configuration schema: one frozen section model per ``config.yaml`` section.
 
 The tools section, with its name rules, is `assistant.app.config_tools`; the sections'
-shared base is `assistant.app.config_section`. Each field's docstring is its description (pydantic's ``use_attribute_docstrings``): the
-configuration reference, docs/configuration.md, is written from this module
-(`assistant.app.config_reference`). Reading a file, the environment and ``--set`` into
-these models is `assistant.app.config`.
+shared base is `assistant.app.config_section`. Each field's docstring is its description
+(pydantic's ``use_attribute_docstrings``): the configuration reference,
+docs/configuration.md, is written from this module (`assistant.app.config_reference`).
+Reading a file, the environment and ``--set`` into these models is `assistant.app.config`.
 """
 
 from __future__ import annotations
@@ -353,8 +353,9 @@ class LoggingConfig(Section):
     json_format: bool = Field(False, alias="json")
     """One JSON object per log line (key `json` in the file)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, populate_by_name=True,
-                              use_attribute_docstrings=True)
+    # Section's settings (pydantic merges a subclass's model_config into its base's), and
+    # the field's name as well as its alias.
+    model_config = ConfigDict(populate_by_name=True)
 
 
 class AppConfig(Section):
