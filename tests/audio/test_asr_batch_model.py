@@ -44,6 +44,33 @@ def _concurrently(batching: BatchingTranscriber, cases: list[tuple[np.ndarray, b
     return out
 
 
+PROB_ABS = 2e-3
+"""Word probabilities come from ``align``, which in a batch of texts rounds otherwise
+than alone: the same word came out 0.98472 alone and 0.98511 in a batch (CI, an AVX-512
+Xeon; which decodes share a batch depends on the threads). 3.8e-4 at most in 12 runs
+of this test; the rules that read them draw lines at 0.15 and 0.3."""
+FRAME_MS = 20
+"""Whisper's alignment frame: a word boundary that such rounding moved would move by one
+(none did in those runs)."""
+
+
+def _assert_same(have: Transcript, want: Transcript) -> None:
+    """The same transcript: every text and every ``generate`` score exactly (rows of
+    one prompt length are computed alike), word times to an alignment frame, word
+    probabilities to :data:`PROB_ABS`."""
+    assert (have.text, have.language, have.duration_ms, have.speech_found, have.trusted) == (
+        want.text, want.language, want.duration_ms, want.speech_found, want.trusted)
+    assert [s.text for s in have.segments] == [s.text for s in want.segments], have
+    for hs, ws in zip(have.segments, want.segments, strict=True):
+        assert (hs.start_ms, hs.end_ms, hs.avg_logprob, hs.no_speech_prob) == (
+            ws.start_ms, ws.end_ms, ws.avg_logprob, ws.no_speech_prob)
+        assert [w.text for w in hs.words] == [w.text for w in ws.words], have
+        for hw, ww in zip(hs.words, ws.words, strict=True):
+            assert abs(hw.start_ms - ww.start_ms) <= FRAME_MS, (hw, ww)
+            assert abs(hw.end_ms - ww.end_ms) <= FRAME_MS, (hw, ww)
+            assert hw.probability == pytest.approx(ww.probability, abs=PROB_ABS), (hw, ww)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("window_s, batch_encode", [(10.0, False), (10.0, True), (0.0, False)])
 def test_batched_decodes_equal_single_decodes(asr_model_dir: Path, spoken_sentences: list[Any],
@@ -61,6 +88,6 @@ def test_batched_decodes_equal_single_decodes(asr_model_dir: Path, spoken_senten
     finally:
         batching.close()
     for want, have in zip(expected, got, strict=True):
-        assert have == want  # text, segments, words: times and probabilities exactly
+        _assert_same(have, want)
     assert any(t.words for t in got) and any(not t.words for t in got)
     assert stats.largest > 1 and stats.batches < stats.calls
