@@ -286,9 +286,12 @@ class EchoProcessor:
 
     @property
     def echo_heard(self) -> bool | None:
-        """``gate`` with ``gate_stands_down``: whether the speaker reaches the microphone
-        (:class:`~audio.echo_presence.EchoPresence`; None: not known yet, or not asked)."""
-        return self._presence.heard if self._presence is not None else None
+        """Whether the speaker reaches the microphone: ``gate`` with ``gate_stands_down``
+        asks :class:`~audio.echo_presence.EchoPresence`; ``aec`` with ``aec_align`` says
+        True once its delay search found the echo. None: not known yet, or not asked."""
+        if self._presence is not None:
+            return self._presence.heard
+        return True if self.echo_delay is not None else None
 
     def _cancel(self, chunk: AudioChunk) -> AudioChunk:
         assert self._canceller is not None

@@ -34,6 +34,7 @@ __all__ = [
     "estimate_words",
     "heard_position",
     "resume_sample",
+    "words_between",
 ]
 
 # Characters stripped from the ends of a whitespace token to get the spoken word.
@@ -267,6 +268,20 @@ def heard_position(chunks: Sequence[TTSChunk], played_samples: int) -> HeardPosi
     text = _reply_text(chunks)
     base = chunks[0].char_start if chunks else 0
     return HeardPosition(char_offset, last_word, last_word + 1, text[: max(0, char_offset - base)], token_end)
+
+
+def words_between(chunks: Sequence[TTSChunk], start_sample: int, end_sample: int) -> list[str]:
+    """The words (as spoken, in order) whose audio overlaps reply samples
+    ``[start_sample, end_sample)`` (the chunks' rate, from the start of the reply)."""
+    out: list[str] = []
+    for chunk in chunks:
+        if chunk.end_sample <= start_sample or chunk.start_sample >= end_sample:
+            continue
+        for w in chunk.words:
+            if (chunk.start_sample + w.end_sample > start_sample
+                    and chunk.start_sample + w.start_sample < end_sample):
+                out.append(w.word)
+    return out
 
 
 def _reply_text(chunks: Sequence[TTSChunk]) -> str:

@@ -49,6 +49,9 @@ class LoopParts:
     """Silence after the speech that preview and final decodes include."""
     set_pause_limit: Callable[[int], None]
     """End the user's turn after this much silence in the current pause (the VAD)."""
+    hears_speaker: Callable[[], bool]
+    """The speaker's echo was found in the microphone (the echo processor's
+    ``echo_heard``): words heard over the reply may be its own voice."""
     spec_texts: dict[int, str] = field(default_factory=dict)
     response_tokens: dict[int, int] = field(default_factory=dict)
     """Per-response ``max_new_tokens`` by turn id (that response only)."""

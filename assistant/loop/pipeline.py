@@ -132,7 +132,8 @@ class Pipeline:
             dialogue=self.dialogue, tts=self.tts, tools=self.tools, options=self.options,
             emit=self._emit, publish=self._publisher.publish, now_ms=self.now_ms,
             turn_input=self._turn_input, fail=self._fail, asr_tail_ms=self._asr_tail_ms,
-            set_pause_limit=lambda ms: self.listener.set_pause_limit(ms))
+            set_pause_limit=lambda ms: self.listener.set_pause_limit(ms),
+            hears_speaker=lambda: self.listener.hears_speaker)
         self._next_input_sample = 0
         self._pending_vad: VadOptions | None = None
         self._consumer: asyncio.Task[None] | None = None

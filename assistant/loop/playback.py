@@ -22,7 +22,7 @@ import numpy as np
 
 from audio.chunk import AudioChunk
 from audio.sinks import Sink
-from audio.word_timing import TTSChunk, resume_sample
+from audio.word_timing import TTSChunk, resume_sample, words_between
 
 __all__ = ["ReplyPlayback", "StopReport", "PlaybackController", "Stopped"]
 
@@ -115,6 +115,12 @@ class ReplyPlayback:
             return 0
         now = max(0, min(sink.played_samples, self.end_pos) - self._base_pos)
         return max(self._heard_before, self._base_reply + now) if now else self._heard_before
+
+    def words_heard_lately(self, sink: Sink, window_ms: int) -> list[str]:
+        """The reply's words heard (or being heard) in the last ``window_ms`` of its audio
+        up to the furthest point heard, in order."""
+        heard = self._to_tts(self.heard_sink_samples(sink), sink.sample_rate)
+        return words_between(self.chunks, heard - self.tts_rate * window_ms // 1000, heard)
 
     def finished(self, sink: Sink) -> bool:
         """All audio produced and heard (or none will come); never while paused."""
@@ -235,6 +241,12 @@ class PlaybackController:
         if cur is None or cur.turn_id != turn_id or cur.stopped:
             return False
         return cur.write(self.sink, chunk, now_ms)
+
+    def words_heard_lately(self, window_ms: int) -> list[str]:
+        """The words of the reply that owns the sink heard in its last ``window_ms``
+        (none when no reply does)."""
+        cur = self._current
+        return cur.words_heard_lately(self.sink, window_ms) if cur is not None else []
 
     def tts_done(self, turn_id: int) -> None:
         if self._current is not None and self._current.turn_id == turn_id:

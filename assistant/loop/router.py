@@ -64,6 +64,7 @@ from assistant.turns.events import (
     TurnCompleteness,
     TurnInput,
 )
+from assistant.turns.interruption import echoes
 from audio.word_timing import heard_position
 
 __all__ = ["handle_output", "run_action", "poll_playback"]
@@ -103,13 +104,22 @@ def _engine_failed(p: LoopParts, item: EngineFailed) -> None:
     p.fail(item.error)
 
 
+def _echo_of_reply(p: LoopParts, text: str) -> bool:
+    """Whether ``text``, heard over the reply, is its own voice heard back."""
+    if not p.hears_speaker():
+        return False
+    opts = p.tm.options.interruption
+    return echoes(text, p.playback.words_heard_lately(opts.echo_window_ms), opts)
+
+
 def _asr_partial(p: LoopParts, item: AsrPartial) -> None:
     p.emit(log.TranscriptPartialEntry(p.now_ms(), item.text))
     if not p.utterances.is_current(item.utt_id):
         return
     if p.tm.assistant_has_floor:
         # Speech over the reply: its words tell a real interruption from a backchannel.
-        p.turn_input(InterimTranscript(p.now_ms(), item.text, item.word_p))
+        p.turn_input(InterimTranscript(p.now_ms(), item.text, item.word_p,
+                                       _echo_of_reply(p, item.text)))
     elif p.tm.state is State.USER_SPEAKING and p.tm.options.speculate:
         # The user's words so far go into the cache while they speak: the speculation
         # at their pause then computes only what came after the last partial.
@@ -118,7 +128,8 @@ def _asr_partial(p: LoopParts, item: AsrPartial) -> None:
 
 def _asr_preview(p: LoopParts, item: AsrPreview) -> None:
     if p.utterances.is_current(item.utt_id):
-        p.turn_input(PartialTranscript(p.now_ms(), item.text, item.word_p))
+        echo = p.tm.hears_over_reply and _echo_of_reply(p, item.text)
+        p.turn_input(PartialTranscript(p.now_ms(), item.text, item.word_p, echo))
 
 
 def _asr_onset_preview(p: LoopParts, item: AsrOnsetPreview) -> None:
@@ -139,7 +150,8 @@ def _asr_final(p: LoopParts, item: AsrFinal) -> None:
     now = p.now_ms()
     p.utterances.final_arrived(item.utt_id)
     p.emit(log.TranscriptFinalEntry(now, item.text))
-    p.turn_input(FinalTranscript(now, item.text, item.word_p))
+    echo = p.tm.hears_over_reply and _echo_of_reply(p, item.text)
+    p.turn_input(FinalTranscript(now, item.text, item.word_p, echo))
 
 
 def _turn_start(p: LoopParts, start: TurnStart) -> None:

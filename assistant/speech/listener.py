@@ -120,6 +120,12 @@ class Listener:
     def ms(self, samples: int) -> int:
         return samples * 1000 // self.rate
 
+    @property
+    def hears_speaker(self) -> bool:
+        """The speaker's echo was found in the microphone (see
+        :attr:`audio.echo.EchoProcessor.echo_heard`)."""
+        return self.echo is not None and self.echo.echo_heard is True
+
     def process(self, chunk: AudioChunk) -> list[ListenerOutput]:
         """Feed one input chunk (at the VAD rate); return what it caused, in order."""
         raw = np.asarray(chunk.to_mono().to_float32().pcm, np.float32)

@@ -147,6 +147,9 @@ class PartialTranscript:
     text: str
     word_p: float = 1.0
     """The lowest probability ASR gave a word of ``text`` (1.0 when not measured)."""
+    echo: bool = False
+    """Heard over the reply, its words are the reply's own heard back (the shell's
+    :func:`~assistant.turns.interruption.echoes`): they count as no words there."""
 
 
 @dataclass(frozen=True)
@@ -169,6 +172,9 @@ class InterimTranscript:
     text: str
     word_p: float = 1.0
     """The lowest probability ASR gave a word of ``text`` (1.0 when unknown)."""
+    echo: bool = False
+    """Heard over the reply, its words are the reply's own heard back (the shell's
+    :func:`~assistant.turns.interruption.echoes`): they count as no words there."""
 
 
 @dataclass(frozen=True)
@@ -179,6 +185,9 @@ class FinalTranscript:
     text: str
     word_p: float = 1.0
     """The lowest probability ASR gave a word of ``text`` (1.0 when not measured)."""
+    echo: bool = False
+    """Heard over the reply, its words are the reply's own heard back (the shell's
+    :func:`~assistant.turns.interruption.echoes`): they count as no words there."""
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,12 @@ speech lasted, whether it stopped, and what was said -- as a pure function,
   I" of "Okay, I see." and no words yet wait for the transcript of the pause);
 - otherwise **wait** (the words are not known yet).
 
+Words that are only the reply's own, just played, through a speaker the microphone is
+known to hear (:func:`echoes`: echo cancellation leaves a residual, and Whisper turns
+it into the reply's words -- "but also") count as no words too. A transcript made only of
+words that ask for the floor is trusted even so: "stop" is the user's, whatever the
+reply said.
+
 Backchannel lists: what listeners say without taking the floor (Ward & Tsukahara,
 "Prosodic features which cue back-channel responses in English and Japanese", 2000;
 the words Pipecat's and LiveKit's interruption filters key on). ``immediate`` mode is
@@ -31,6 +37,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -42,6 +49,7 @@ __all__ = [
     "decide",
     "backchannel_only",
     "guessed",
+    "echoes",
     "BACKCHANNELS",
     "INTERRUPT_WORDS",
 ]
@@ -102,13 +110,18 @@ class InterruptionOptions:
     """A transcript with one of ``interrupt_words`` is a guess only under this lowest
     word probability (``min_word_p`` for other words)."""
 
+    echo_window_ms: int = 3000
+    """:func:`echoes` looks at the reply's words heard in this much of its audio before
+    the furthest point heard (the echo's path and ASR's lag, with a margin for a
+    speaker later than it reports)."""
+
     def __post_init__(self) -> None:
         if self.mode not in ("immediate", "tentative"):
             raise ValueError(f"interruption mode must be immediate or tentative, got {self.mode!r}")
         if self.max_backchannel_ms <= 0 or self.max_words <= 0:
             raise ValueError("max_backchannel_ms and max_words must be positive")
-        if self.interim_every_ms < 0 or self.min_words_ms < 0:
-            raise ValueError("interim_every_ms and min_words_ms must be >= 0")
+        if self.interim_every_ms < 0 or self.min_words_ms < 0 or self.echo_window_ms < 0:
+            raise ValueError("interim_every_ms, min_words_ms and echo_window_ms must be >= 0")
         if not 0.0 <= self.interrupt_word_min_p <= 1.0:
             raise ValueError("interrupt_word_min_p must be in [0, 1]")
 
@@ -129,6 +142,8 @@ class InterruptionFacts:
     """``text`` was decoded once the speech had stopped, so it holds all of it. False: it
     was decoded while the speech went on, and its last words may be the start of a
     phrase ("Okay, I" of "Okay, I see") even though the speech has stopped since."""
+    echo: bool = False
+    """``text`` is the reply's own words heard back (:func:`echoes`): no words."""
 
 
 class Decision(enum.Enum):
@@ -184,10 +199,25 @@ def guessed(text: str, word_p: float, options: InterruptionOptions) -> bool:
     return word_p < floor
 
 
+def echoes(text: str, played: Sequence[str], options: InterruptionOptions) -> bool:
+    """Whether ``text``, heard over the reply, could be the reply's own voice: it has
+    words, every one of them among ``played`` (the reply's words heard lately, through a
+    speaker the microphone hears), and not only words that ask for the floor. A user who
+    echoes the reply's last words back goes on talking or is heard as a backchannel."""
+    words = _words(text)
+    if not words:
+        return False
+    said = set(_words(" ".join(played)))
+    if not all(w in said for w in words):
+        return False
+    asks = {w.lower().strip("'-") for w in options.interrupt_words}
+    return not all(w.strip("'-") in asks for w in words)
+
+
 def decide(facts: InterruptionFacts, options: InterruptionOptions) -> Decision:
     """The rule of the module docstring (pure; table-tested)."""
     text = facts.text
-    if text is not None and guessed(text, facts.word_p, options):
+    if text is not None and (facts.echo or guessed(text, facts.word_p, options)):
         text = ""  # a sound, not words
     if text is not None and not backchannel_only(
             text, options, in_progress=not (facts.speech_ended and facts.text_current)):

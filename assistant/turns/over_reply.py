@@ -22,6 +22,9 @@ was speech over the reply); the manager applies its own rules to what is left.
   :func:`~assistant.turns.interruption.decide` says: commit (the :class:`BargeIn`, with
   the user's turn going on as above) or resume (:class:`ResumeReply`; the speech is
   discarded, the reply holds the floor as if nothing happened).
+- Words that are the reply's own heard back (``echo`` on a transcript: the shell found
+  them all among the reply's words just played, through a speaker the microphone
+  hears) count as no words, like a guess: a residual echo does not cut the reply.
 - Speech that cannot be the reply's echo (``SpeechStarted.echo_free``: the echo gate
   stood down) pauses a tentative reply at its onset (``TurnOptions.pause_at_onset``).
 - A turn that took the floor from the reply ends by the fixed silence at the least.
@@ -192,15 +195,17 @@ class OverReply:
     def _partial_over_reply(self, ev: PartialTranscript, out: list[TurnAction]) -> bool:
         paused = self._paused_reply
         if (paused is not None and paused.speech_ended and not paused.finalized
-                and guessed(ev.text, ev.word_p, self.options.interruption)):
+                and (ev.echo or guessed(ev.text, ev.word_p, self.options.interruption))):
             # The pause's transcript (asked for at the pause, decoded from all of the
-            # speech) only guessed: no more audio will come to a later interim, so it
-            # counts as a sound, as a guessed final does ("Uh-huh." as "Oh." at 0.2).
+            # speech) only guessed, or heard the reply's own words: no more audio will
+            # come to a later interim, so it counts as a sound, as a guessed final does
+            # ("Uh-huh." as "Oh." at 0.2).
             paused.text, paused.word_p, paused.text_current = ev.text, ev.word_p, True
+            paused.echo = ev.echo
             self._decide_pause(ev.t_ms, out)
             return True
         if self.hears_over_reply:
-            self._on_interim(InterimTranscript(ev.t_ms, ev.text, ev.word_p), out)
+            self._on_interim(InterimTranscript(ev.t_ms, ev.text, ev.word_p, ev.echo), out)
             return True
         return False
 
@@ -212,6 +217,7 @@ class OverReply:
         if paused is None or not paused.finalized:
             return False
         paused.text, paused.word_p, paused.text_current = ev.text, ev.word_p, True
+        paused.echo = ev.echo
         if decide(paused.facts(), self.options.interruption) is Decision.RESUME:
             self._resume(ev.t_ms, out)
             return True
@@ -237,7 +243,7 @@ class OverReply:
     # ---- rules
 
     def _on_interim(self, ev: InterimTranscript, out: list[TurnAction]) -> None:
-        if guessed(ev.text, ev.word_p, self.options.interruption):
+        if ev.echo or guessed(ev.text, ev.word_p, self.options.interruption):
             return  # more audio, or the final transcript, decides
         cand = self._candidate
         if cand is not None and cand.heard.ms > 0:
@@ -252,7 +258,7 @@ class OverReply:
         paused = self._paused_reply
         if paused is not None and not paused.finalized:
             # Decoded now, from audio up to now: all of the speech once it has stopped.
-            paused.text, paused.word_p = ev.text, ev.word_p
+            paused.text, paused.word_p, paused.echo = ev.text, ev.word_p, False
             paused.text_current = paused.speech_ended
             self._decide_pause(ev.t_ms, out)
 

@@ -105,6 +105,8 @@ class PausedReply:
     word_p: float = 1.0
     text_current: bool = False
     """``text`` was decoded after the speech stopped (see :class:`InterruptionFacts`)."""
+    echo: bool = False
+    """``text`` is the reply's own words heard back (see :class:`InterruptionFacts`)."""
     finalized: bool = False
     """The VAD ended the speech and its final transcript is pending."""
     speech_end_ms: int = 0
@@ -115,7 +117,7 @@ class PausedReply:
 
     def facts(self) -> InterruptionFacts:
         return InterruptionFacts(self.voiced_ms, self.speech_ended, self.text, self.word_p,
-                                 self.text_current)
+                                 self.text_current, self.echo)
 
     def words_due(self, every_ms: int) -> bool:
         """Whether to ask for the speech's words now: at the pause and every

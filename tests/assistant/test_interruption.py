@@ -10,6 +10,7 @@ from assistant.turns.interruption import (
     InterruptionOptions,
     backchannel_only,
     decide,
+    echoes,
     guessed,
 )
 
@@ -132,3 +133,31 @@ def test_custom_word_list_and_limits() -> None:
     assert guessed("Stop.", 0.28, quiet)
     assert decide(InterruptionFacts(250, False, "Stop.", 0.28), quiet) is Decision.WAIT
     assert decide(InterruptionFacts(250, False, "Stop.", 0.28), OPTS) is Decision.COMMIT
+
+
+PLAYED = ["while", "dragons", "are", "brave,", "but", "also", "kind"]
+
+
+@pytest.mark.parametrize(("text", "echo"), [
+    ("But also.", True),  # AEC3's residual of the reply, as Whisper heard it (CI, aec at 30 ms)
+    ("brave, brave", True),
+    ("but also kind of", False),  # "of" was not played
+    ("But what about cats?", False),
+    ("", False),  # no words: a sound already
+    ("[cough]", False),
+    ("But.", False),  # only a word that asks for the floor: the user's
+    ("Stop.", False),
+])
+def test_words_only_the_reply_just_played_are_its_echo(text: str, echo: bool) -> None:
+    assert echoes(text, PLAYED, OPTS) is echo
+
+
+def test_an_echo_counts_as_no_words() -> None:
+    facts = InterruptionFacts(300, True, "But also.", word_p=0.6, text_current=True)
+    assert decide(facts, OPTS) is Decision.COMMIT  # "but" asks for the floor
+    echo = InterruptionFacts(300, True, "But also.", word_p=0.6, text_current=True, echo=True)
+    assert decide(echo, OPTS) is Decision.RESUME
+    # Speech too long for a backchannel still cuts, whatever it said.
+    long_echo = InterruptionFacts(1300, True, "But also.", text_current=True, echo=True)
+    assert decide(long_echo, OPTS) is Decision.COMMIT
+

@@ -97,3 +97,23 @@ def test_pause_then_resume_twice_and_a_final_stop() -> None:
     assert stopped is not None
     assert stopped.report.heard_samples == 2 * WORD + WORD // 2
     assert heard_position(stopped.playback.chunks, stopped.report.heard_samples).text == "a b"
+
+
+def test_the_words_heard_lately_are_those_before_the_furthest_point_heard() -> None:
+    # What words over the reply are checked against (its echo): the last ``window_ms``
+    # of the reply heard, the word playing included, held where a pause stopped it.
+    clock = VirtualClock(RATE)
+    sink = NullSink(clock, RATE)
+    synth = ToneSynthesizer(word_ms=100)
+    ctl = PlaybackController(sink, RATE)
+    assert ctl.words_heard_lately(300) == []  # no reply
+    ctl.start(1, speech_end_ms=0, endpoint_ms=0)
+    ctl.write(1, _chunk(synth, "one two three"), now_ms=0)
+    ctl.write(1, _chunk(synth, " four five", 3 * WORD, 13), now_ms=0)
+    assert ctl.words_heard_lately(300) == []  # nothing heard yet
+    clock.advance(3 * WORD + WORD // 2)  # into "four"
+    assert ctl.words_heard_lately(150) == ["three", "four"]
+    assert ctl.words_heard_lately(10_000) == ["one", "two", "three", "four"]
+    ctl.pause(1, detected_ms=350, now_ms=350)
+    clock.advance(RATE)  # paused: the same words, however long it takes to decide
+    assert ctl.words_heard_lately(150) == ["three", "four"]

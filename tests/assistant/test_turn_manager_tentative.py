@@ -128,6 +128,43 @@ def test_a_guess_of_the_pause_s_transcript_is_a_sound() -> None:
     ], TENTATIVE)
 
 
+def test_the_reply_s_own_words_heard_back_are_a_sound() -> None:
+    # Echo cancellation's residual: Whisper heard the reply's "but also" over it. The
+    # shell marks such words ``echo``; they decide nothing while the speech goes on,
+    # and at the pause or in the final they resume the reply as a cough would.
+    run_table([
+        *PAUSED,
+        (InterimTranscript(2100, "But also", word_p=0.6, echo=True), [], S),
+        (ShortPause(2400), [RequestPartial()], S),
+        (PartialTranscript(2400, "But also.", word_p=0.6, echo=True),
+         [ResumeReply(1, 2400, "But also.")], S),
+        (EndOfTurn(2700, speech_end_ms=2200), [DiscardUtterance()], S),
+    ], TENTATIVE)
+    run_table([
+        *PAUSED,
+        (EndOfTurn(2700, speech_end_ms=2150), [FinalizeUtterance()], S),
+        (FinalTranscript(2800, "But also.", echo=True), [ResumeReply(1, 2800, "But also.")], S),
+    ], TENTATIVE)
+    # The same words not heard back cut the reply ("but" asks for the floor).
+    run_table([
+        *PAUSED,
+        (InterimTranscript(2100, "But also", word_p=0.6),
+         [BargeIn(1, 2080, paused=True), sc(2100, S, U)], U),
+    ], TENTATIVE)
+    # Over a reply not paused yet, echo words do not make the speech count either
+    # (other words do, however short the speech).
+    onset: list[Step] = [*ASK_AND_SPEAK, (SpeechStarted(2000, voiced_ms=40), [], S)]
+    run_table([
+        *onset,
+        (InterimTranscript(2050, "But also", word_p=0.6, echo=True), [], S),
+    ], TENTATIVE)
+    run_table([
+        *onset,
+        (InterimTranscript(2050, "But also", word_p=0.6),
+         [PauseReply(1, 2050), BargeIn(1, 2050, paused=True), sc(2050, S, U)], U),
+    ], TENTATIVE)
+
+
 def test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_on() -> None:
     options = TurnOptions(barge_in_min_ms=200, speculate=True,
                           interruption=InterruptionOptions(mode="tentative",

@@ -378,6 +378,7 @@ def test_the_echo_is_found_where_the_mic_hears_it(voices: Voices, delay_ms: int)
     found = run.processor.echo_delay
     assert found is not None and abs(found.lag_ms - delay_ms) <= 3.0, found
     assert run.processor.settled
+    assert run.processor.echo_heard is True  # words over the reply may be its echo
 
 
 @pytest.mark.skipif(importlib.util.find_spec("livekit") is None, reason="livekit is not installed")
@@ -408,6 +409,7 @@ def test_aec_without_an_echo_settles_and_hears_a_quiet_user(voices: Voices) -> N
     run = simulate(voices, "aec", echo_gain_db=-200.0, user_at=user_at, user_peak_dbfs=-30.0,
                    options=EchoOptions(mode="aec", **LIVE))  # type: ignore[arg-type]
     assert run.processor.echo_delay is None and run.processor.settled
+    assert run.processor.echo_heard is None
     s = started(run)
     assert len(s) == 1 and user_at - 1600 <= s[0].start_sample <= user_at + 3200
     gated = simulate(voices, "gate", echo_gain_db=-200.0, user_at=user_at, user_peak_dbfs=-30.0,

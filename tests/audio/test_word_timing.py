@@ -20,6 +20,7 @@ from audio.word_timing import (
     estimate_words,
     heard_position,
     split_words,
+    words_between,
 )
 
 # -- pure: words and alignment -----------------------------------------------------------
@@ -176,3 +177,19 @@ def test_cut_at_word_end_is_heard_as_that_word(spoken_sentences: list[Any], tran
     assert end_cuts >= 50 and start_cuts >= 10
     assert ends_ok / end_cuts >= 0.9, failures
     assert starts_ok / start_cuts >= 0.9
+
+
+@pytest.mark.parametrize(
+    ("start", "end", "words"),
+    [
+        (0, 100, []),  # before the first word
+        (0, 101, ["Sure"]),  # the word being heard counts
+        (400, 650, ["I"]),  # "Sure" ended at 400; "can" starts at 650
+        (1300, 1800, ["help", "Tell"]),  # across chunks
+        (-5000, 10**9, ["Sure", "I", "can", "help", "Tell", "me", "more"]),
+        (2800, 4000, []),
+    ],
+)
+def test_words_between(start: int, end: int, words: list[str]) -> None:
+    assert words_between(CHUNKS, start, end) == words
+

@@ -31,6 +31,7 @@ from assistant.turns.turn_manager import TurnManager
 from audio.asr import TranscribedWord
 from audio.chunk import AudioChunk
 from audio.clock import VirtualClock
+from audio.echo import EchoOptions, EchoProcessor
 from audio.sinks import WavSink
 from audio.streaming_asr import StreamingASROptions
 from audio.vad import VadOptions
@@ -71,7 +72,7 @@ class FakeRun:
 async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize: bool,
                transcriber: CountingTranscriber, clock: VirtualClock | None = None,
                gate: StepGate | None = None, score_end_of_turn: bool = False,
-               listening_partials: bool = True) -> FakeRun:
+               listening_partials: bool = True, echo: EchoProcessor | None = None) -> FakeRun:
     clock = clock or VirtualClock(RATE)
     synth = ToneSynthesizer()
     sink = WavSink(tmp / "heard.wav", clock, RATE)
@@ -82,7 +83,7 @@ async def _run(signal: np.ndarray, tmp: Path, turns: TurnOptions, presynthesize:
         host=host, dialogue=scripted_dialogue(template, score_end_of_turn=score_end_of_turn),
         transcriber=transcriber,
         synthesizer=synth,
-        turn_manager=TurnManager(turns), listener=Listener(VAD, None, ToneClassifier()),
+        turn_manager=TurnManager(turns), listener=Listener(VAD, echo, ToneClassifier()),
         clock=clock, sink=sink, asr_options=StreamingASROptions(), clauses=ClauseRule(min_chars=6),
         options=PipelineOptions(virtual=True, presynthesize=presynthesize, pause_priority=True,
                                 listening_partials=listening_partials),
@@ -381,3 +382,32 @@ def test_a_paused_reply_holds_the_engine_until_its_cut_is_decided(
     if words:
         assert started[1].t_ms < paused.t_ms  # its own time, published at the cut
     assert sum(isinstance(e, out.ResponseDone) for e in r.outputs) == 1 + int(words)
+
+
+class _HeardSpeaker(EchoProcessor):
+    """Echo handling off (the mic passes as it is) where the speaker is known to reach
+    the microphone: words over the reply may be its own, heard back."""
+
+    @property
+    def echo_heard(self) -> bool | None:
+        return True
+
+
+@pytest.mark.parametrize("heard", [False, True])
+def test_words_over_the_reply_that_it_just_played_are_its_echo(
+        tmp_path: Path, heard: bool) -> None:
+    # The reply says the user's code words back ("You said alpha bravo charlie ...");
+    # speech over it is transcribed as its first code words, "alpha bravo charlie". With
+    # the speaker heard in the microphone those are the reply's echo: the reply resumes.
+    # Without, they are the user's words: the cut stands.
+    signal = np.concatenate([silence(300), voice(1000), silence(1370 + 600), voice(300),
+                             silence(1500)])
+    turns = TurnOptions(interruption=InterruptionOptions(mode="tentative"))
+    echo = _HeardSpeaker(EchoOptions(mode="off")) if heard else None
+    r = asyncio.run(_run(signal, tmp_path, turns, True, CountingTranscriber(), echo=echo))
+    assert len(r.of(log.InterruptionPausedEntry)) == 1
+    assert len(r.of(log.InterruptionResumedEntry)) == int(heard)
+    assert len(r.of(log.InterruptionCommittedEntry)) == int(not heard)
+    done = [e for e in r.outputs if isinstance(e, out.ResponseDone)]
+    assert len(done) == 1 + int(not heard)  # a cut: the user's words get a reply
+
