@@ -10,8 +10,8 @@ and each caller gets its own row back.
 Every result is the one the single path gives for the same audio: CTranslate2 computes
 each row of a batch as it computes it alone (bit-identical encoder outputs, tokens,
 scores and no-speech probabilities), except ``align``: its word probabilities in a
-batch of texts differ from alone by rounding (up to 3.8e-4 seen, on an AVX-512 Xeon;
-the word times did not move): ``tests/audio/test_asr_batch_model.py``.
+batch of texts differ from alone by rounding (up to 3.8e-4 seen on an AVX-512 AMD
+EPYC; the word times did not move): ``tests/audio/test_asr_batch_model.py``.
 What a batch needs in common:
 
 - ``encode``: the same feature shape (the cut window makes short utterances alike);

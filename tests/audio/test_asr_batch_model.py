@@ -46,8 +46,8 @@ def _concurrently(batching: BatchingTranscriber, cases: list[tuple[np.ndarray, b
 
 PROB_ABS = 2e-3
 """Word probabilities come from ``align``, which in a batch of texts rounds otherwise
-than alone: the same word came out 0.98472 alone and 0.98511 in a batch (CI, an AVX-512
-Xeon; which decodes share a batch depends on the threads). 3.8e-4 at most in 12 runs
+than alone: the same word came out 0.98472 alone and 0.98511 in a batch (CI, a 2-core
+AMD EPYC with AVX-512; which decodes share a batch depends on the threads). 3.8e-4 at most in 12 runs
 of this test; the rules that read them draw lines at 0.15 and 0.3."""
 FRAME_MS = 20
 """Whisper's alignment frame: a word boundary that such rounding moved would move by one
