@@ -21,8 +21,8 @@ speech lasted, whether it stopped, and what was said -- as a pure function,
   I" of "Okay, I see." and no words yet wait for the transcript of the pause);
 - otherwise **wait** (the words are not known yet).
 
-Words that are only the reply's own, just played, through a speaker the microphone is
-known to hear (:func:`echoes`: echo cancellation leaves a residual, and Whisper turns
+Words that are a run of the reply's own, just played, through a speaker the microphone
+is known to hear (:func:`echoes`: echo cancellation leaves a residual, and Whisper turns
 it into the reply's words -- "but also") count as no words too. A transcript made only of
 words that ask for the floor is trusted even so: "stop" is the user's, whatever the
 reply said.
@@ -201,17 +201,19 @@ def guessed(text: str, word_p: float, options: InterruptionOptions) -> bool:
 
 def echoes(text: str, played: Sequence[str], options: InterruptionOptions) -> bool:
     """Whether ``text``, heard over the reply, could be the reply's own voice: it has
-    words, every one of them among ``played`` (the reply's words heard lately, through a
-    speaker the microphone hears), and not only words that ask for the floor. A user who
-    echoes the reply's last words back goes on talking or is heard as a backchannel."""
+    words, they are a run of ``played`` (the reply's words heard lately, through a
+    speaker the microphone hears) in the same order, and not only words that ask for
+    the floor. A user who says the reply's last words back goes on talking or is heard
+    as a backchannel."""
     words = _words(text)
     if not words:
         return False
-    said = set(_words(" ".join(played)))
-    if not all(w in said for w in words):
-        return False
     asks = {w.lower().strip("'-") for w in options.interrupt_words}
-    return not all(w.strip("'-") in asks for w in words)
+    if all(w.strip("'-") in asks for w in words):
+        return False
+    said = _words(" ".join(played))
+    n = len(words)
+    return any(said[i:i + n] == words for i in range(len(said) - n + 1))
 
 
 def decide(facts: InterruptionFacts, options: InterruptionOptions) -> Decision:

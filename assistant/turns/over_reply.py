@@ -23,7 +23,7 @@ was speech over the reply); the manager applies its own rules to what is left.
   the user's turn going on as above) or resume (:class:`ResumeReply`; the speech is
   discarded, the reply holds the floor as if nothing happened).
 - Words that are the reply's own heard back (``echo`` on a transcript: the shell found
-  them all among the reply's words just played, through a speaker the microphone
+  them as a run of the reply's words just played, through a speaker the microphone
   hears) count as no words, like a guess: a residual echo does not cut the reply.
 - Speech that cannot be the reply's echo (``SpeechStarted.echo_free``: the echo gate
   stood down) pauses a tentative reply at its onset (``TurnOptions.pause_at_onset``).

@@ -140,7 +140,10 @@ PLAYED = ["while", "dragons", "are", "brave,", "but", "also", "kind"]
 
 @pytest.mark.parametrize(("text", "echo"), [
     ("But also.", True),  # AEC3's residual of the reply, as Whisper heard it (CI, aec at 30 ms)
-    ("brave, brave", True),
+    ("are brave", True),
+    ("Kind.", True),
+    ("brave are", False),  # not in the order played
+    ("dragons brave", False),  # not a run of it
     ("but also kind of", False),  # "of" was not played
     ("But what about cats?", False),
     ("", False),  # no words: a sound already
@@ -148,7 +151,7 @@ PLAYED = ["while", "dragons", "are", "brave,", "but", "also", "kind"]
     ("But.", False),  # only a word that asks for the floor: the user's
     ("Stop.", False),
 ])
-def test_words_only_the_reply_just_played_are_its_echo(text: str, echo: bool) -> None:
+def test_a_run_of_the_words_the_reply_just_played_is_its_echo(text: str, echo: bool) -> None:
     assert echoes(text, PLAYED, OPTS) is echo
 
 
