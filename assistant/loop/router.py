@@ -7,6 +7,7 @@ them (a barge-in stops the sink before anything else happens).
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable
 from typing import Any
@@ -69,6 +70,8 @@ from audio.word_timing import heard_position
 
 __all__ = ["handle_output", "run_action", "poll_playback"]
 
+_log = logging.getLogger(__name__)
+
 
 def handle_output(parts: LoopParts, item: Any) -> None:
     """Route one output of a worker or the engine thread."""
@@ -109,7 +112,10 @@ def _echo_of_reply(p: LoopParts, text: str) -> bool:
     if not p.hears_speaker():
         return False
     opts = p.tm.options.interruption
-    return echoes(text, p.playback.words_heard_lately(opts.echo_window_ms), opts)
+    if not echoes(text, p.playback.words_heard_lately(opts.echo_window_ms), opts):
+        return False
+    _log.debug("words over the reply are its own, heard back: %r (not an interruption)", text)
+    return True
 
 
 def _asr_partial(p: LoopParts, item: AsrPartial) -> None:

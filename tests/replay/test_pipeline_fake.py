@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
@@ -395,7 +396,7 @@ class _HeardSpeaker(EchoProcessor):
 
 @pytest.mark.parametrize("heard", [False, True])
 def test_words_over_the_reply_that_it_just_played_are_its_echo(
-        tmp_path: Path, heard: bool) -> None:
+        tmp_path: Path, heard: bool, caplog: pytest.LogCaptureFixture) -> None:
     # The reply says the user's code words back ("You said alpha bravo charlie ...");
     # speech over it is transcribed as its first code words, "alpha bravo charlie". With
     # the speaker heard in the microphone those are the reply's echo: the reply resumes.
@@ -404,8 +405,11 @@ def test_words_over_the_reply_that_it_just_played_are_its_echo(
                              silence(1500)])
     turns = TurnOptions(interruption=InterruptionOptions(mode="tentative"))
     echo = _HeardSpeaker(EchoOptions(mode="off")) if heard else None
-    r = asyncio.run(_run(signal, tmp_path, turns, True, CountingTranscriber(), echo=echo))
+    with caplog.at_level(logging.DEBUG, logger="assistant.loop.router"):
+        r = asyncio.run(_run(signal, tmp_path, turns, True, CountingTranscriber(), echo=echo))
     assert len(r.of(log.InterruptionPausedEntry)) == 1
+    # The debug log says why words did not cut the reply.
+    assert any("heard back" in m for m in caplog.messages) is heard
     assert len(r.of(log.InterruptionResumedEntry)) == int(heard)
     assert len(r.of(log.InterruptionCommittedEntry)) == int(not heard)
     done = [e for e in r.outputs if isinstance(e, out.ResponseDone)]
