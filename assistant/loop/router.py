@@ -108,8 +108,9 @@ def _engine_failed(p: LoopParts, item: EngineFailed) -> None:
 
 
 def _echo_of_reply(p: LoopParts, text: str) -> bool:
-    """Whether ``text``, heard over the reply, is its own voice heard back."""
-    if not p.hears_speaker():
+    """Whether ``text`` is speech over the reply (the turn manager follows it) that is
+    the reply's own voice heard back."""
+    if not (p.tm.hears_over_reply and p.hears_speaker()):
         return False
     opts = p.tm.options.interruption
     if not echoes(text, p.playback.words_heard_lately(opts.echo_window_ms), opts):
@@ -134,8 +135,8 @@ def _asr_partial(p: LoopParts, item: AsrPartial) -> None:
 
 def _asr_preview(p: LoopParts, item: AsrPreview) -> None:
     if p.utterances.is_current(item.utt_id):
-        echo = p.tm.hears_over_reply and _echo_of_reply(p, item.text)
-        p.turn_input(PartialTranscript(p.now_ms(), item.text, item.word_p, echo))
+        p.turn_input(PartialTranscript(p.now_ms(), item.text, item.word_p,
+                                       _echo_of_reply(p, item.text)))
 
 
 def _asr_onset_preview(p: LoopParts, item: AsrOnsetPreview) -> None:
@@ -156,8 +157,7 @@ def _asr_final(p: LoopParts, item: AsrFinal) -> None:
     now = p.now_ms()
     p.utterances.final_arrived(item.utt_id)
     p.emit(log.TranscriptFinalEntry(now, item.text))
-    echo = p.tm.hears_over_reply and _echo_of_reply(p, item.text)
-    p.turn_input(FinalTranscript(now, item.text, item.word_p, echo))
+    p.turn_input(FinalTranscript(now, item.text, item.word_p, _echo_of_reply(p, item.text)))
 
 
 def _turn_start(p: LoopParts, start: TurnStart) -> None:

@@ -193,10 +193,15 @@ def guessed(text: str, word_p: float, options: InterruptionOptions) -> bool:
     words = _words(text)
     if len(words) > options.max_words:
         return False
-    asks = {w.lower().strip("'-") for w in options.interrupt_words}  # as the config has them
-    floor = (options.interrupt_word_min_p if any(w.strip("'-") in asks for w in words)
-             else options.min_word_p)
+    asks = _asks_for_floor(words, options)
+    floor = options.interrupt_word_min_p if any(asks) else options.min_word_p
     return word_p < floor
+
+
+def _asks_for_floor(words: list[str], options: InterruptionOptions) -> list[bool]:
+    """For each of ``words`` (from `_words`): is it one of ``interrupt_words``?"""
+    asks = {w.lower().strip("'-") for w in options.interrupt_words}  # as the config has them
+    return [w.strip("'-") in asks for w in words]
 
 
 def echoes(text: str, played: Sequence[str], options: InterruptionOptions) -> bool:
@@ -206,10 +211,7 @@ def echoes(text: str, played: Sequence[str], options: InterruptionOptions) -> bo
     the floor. A user who says the reply's last words back goes on talking or is heard
     as a backchannel."""
     words = _words(text)
-    if not words:
-        return False
-    asks = {w.lower().strip("'-") for w in options.interrupt_words}
-    if all(w.strip("'-") in asks for w in words):
+    if not words or all(_asks_for_floor(words, options)):
         return False
     said = _words(" ".join(played))
     n = len(words)

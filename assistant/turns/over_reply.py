@@ -200,8 +200,7 @@ class OverReply:
             # speech) only guessed, or heard the reply's own words: no more audio will
             # come to a later interim, so it counts as a sound, as a guessed final does
             # ("Uh-huh." as "Oh." at 0.2).
-            paused.text, paused.word_p, paused.text_current = ev.text, ev.word_p, True
-            paused.echo = ev.echo
+            paused.take_words(ev.text, ev.word_p, current=True, echo=ev.echo)
             self._decide_pause(ev.t_ms, out)
             return True
         if self.hears_over_reply:
@@ -216,8 +215,7 @@ class OverReply:
         paused = self._paused_reply
         if paused is None or not paused.finalized:
             return False
-        paused.text, paused.word_p, paused.text_current = ev.text, ev.word_p, True
-        paused.echo = ev.echo
+        paused.take_words(ev.text, ev.word_p, current=True, echo=ev.echo)
         if decide(paused.facts(), self.options.interruption) is Decision.RESUME:
             self._resume(ev.t_ms, out)
             return True
@@ -258,8 +256,7 @@ class OverReply:
         paused = self._paused_reply
         if paused is not None and not paused.finalized:
             # Decoded now, from audio up to now: all of the speech once it has stopped.
-            paused.text, paused.word_p, paused.echo = ev.text, ev.word_p, False
-            paused.text_current = paused.speech_ended
+            paused.take_words(ev.text, ev.word_p, current=paused.speech_ended)
             self._decide_pause(ev.t_ms, out)
 
     def _ask_burst_words(self, cand: Candidate, out: list[TurnAction], *,

@@ -115,6 +115,12 @@ class PausedReply:
     interim_at_ms: int = 0
     """``speech.ms`` at which to ask for the next interim transcript."""
 
+    def take_words(self, text: str, word_p: float, *, current: bool,
+                   echo: bool = False) -> None:
+        """A transcript of the speech: its words, lowest word probability, whether it
+        holds all of the speech (``text_current``), and whether it is the reply's echo."""
+        self.text, self.word_p, self.text_current, self.echo = text, word_p, current, echo
+
     def facts(self) -> InterruptionFacts:
         return InterruptionFacts(self.voiced_ms, self.speech_ended, self.text, self.word_p,
                                  self.text_current, self.echo)
