@@ -21,6 +21,10 @@ ends the turn, otherwise 3 s of silence does (pipecat's ``stop_secs``).
 - endpoint delay: end of speech -> end of turn decided, on complete sentences, and
   apart on short complete requests ("Thanks!", "Name a big animal.").
 
+On stderr, each short request's transcript, text and audio scores and wait under the
+semantic rule (what holds the slow ones), and each cut sentence's scores; ``--sentences
+0`` times the short requests alone (~3 minutes).
+
     .venv/bin/python bench/bench_turns.py [--pauses 300,600,900] [--sentences N]
         [--cuts natural|separate] [--half tune|held-out]
 
@@ -187,6 +191,13 @@ def main() -> int:
         ps = [e.p_end for e in entries if isinstance(e, log.EndOfTurnScoreEntry)]
         return ",".join("-" if x is None else f"{x:.3f}" for x in ps)
 
+    def p_heard(entries: list[log.Entry]) -> str:
+        ps = [e.p_complete for e in entries if isinstance(e, log.AudioEndScoreEntry)]
+        return ",".join("-" if x is None else f"{x:.3f}" for x in ps)
+
+    def heard(entries: list[log.Entry]) -> str:
+        return " / ".join(e.text for e in entries if isinstance(e, log.TranscriptFinalEntry))
+
     def endpoint_delay(entries: list[log.Entry]) -> int | None:
         stops = [e for e in entries if isinstance(e, log.SpeechStoppedEntry) and not e.discarded]
         return stops[-1].t_ms - stops[-1].speech_end_ms if stops else None
@@ -198,9 +209,14 @@ def main() -> int:
                 short = speak(models, voice, [Say(text)])
                 write_wav(wav, short.pcm, short.sample_rate)
                 for mode, cfg in cfgs.items():
-                    delay = endpoint_delay(replay(models, cfg, wav))
+                    entries = replay(models, cfg, wav)
+                    delay = endpoint_delay(entries)
                     if delay is not None:
                         tallies[mode].short_delays.append(delay)
+                    if mode == "semantic":
+                        print(f"  short {text!r} heard {heard(entries)!r}: P {p_text(entries)}, "
+                              f"audio {p_heard(entries)}, ended after {delay} ms",
+                              file=sys.stderr)
                 if smart:
                     p = p_audio(short.pcm, short.said()[0].end_ms)
                     tallies[st_name].short_delays.append(pipecat_ms(p))
