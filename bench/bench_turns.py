@@ -187,13 +187,14 @@ def main() -> int:
         assert smart is not None
         return smart.p_complete(pcm[:(end_ms + 200) * 16])  # type: ignore[index]
 
-    def p_text(entries: list[log.Entry]) -> str:
-        ps = [e.p_end for e in entries if isinstance(e, log.EndOfTurnScoreEntry)]
+    def scores(ps: list[float | None]) -> str:
         return ",".join("-" if x is None else f"{x:.3f}" for x in ps)
 
+    def p_text(entries: list[log.Entry]) -> str:
+        return scores([e.p_end for e in entries if isinstance(e, log.EndOfTurnScoreEntry)])
+
     def p_heard(entries: list[log.Entry]) -> str:
-        ps = [e.p_complete for e in entries if isinstance(e, log.AudioEndScoreEntry)]
-        return ",".join("-" if x is None else f"{x:.3f}" for x in ps)
+        return scores([e.p_complete for e in entries if isinstance(e, log.AudioEndScoreEntry)])
 
     def heard(entries: list[log.Entry]) -> str:
         return " / ".join(e.text for e in entries if isinstance(e, log.TranscriptFinalEntry))
@@ -214,13 +215,13 @@ def main() -> int:
                     if delay is not None:
                         tallies[mode].short_delays.append(delay)
                     if mode == "semantic":
-                        print(f"  short {text!r} heard {heard(entries)!r}: P {p_text(entries)}, "
-                              f"audio {p_heard(entries)}, ended after {delay} ms",
-                              file=sys.stderr)
+                        detail = (f"heard {heard(entries)!r}: P {p_text(entries)}, audio "
+                                  f"{p_heard(entries)}, ended after {delay} ms")
                 if smart:
                     p = p_audio(short.pcm, short.said()[0].end_ms)
                     tallies[st_name].short_delays.append(pipecat_ms(p))
-                    print(f"  short {text!r}: smart turn P {p:.3f}", file=sys.stderr)
+                    detail += f"; smart turn P {p:.3f}"
+                print(f"  short {text!r} {detail}", file=sys.stderr)
             for head, tail in sentences:
                 wav = Path(tmp) / "complete.wav"
                 whole = speak(models, voice, [Say(f"{head} {tail}")])
