@@ -20,7 +20,8 @@ from assistant.loop.tool_worker import ToolWorker
 from assistant.loop.tts_worker import TtsWorker
 from assistant.loop.types import PipelineOptions
 from assistant.loop.utterances import UtteranceTracker
-from assistant.turns.events import EndOfTurn, TurnAction, TurnInput
+from assistant.turns.actions import TurnAction
+from assistant.turns.events import EndOfTurn, TurnInput
 from assistant.turns.turn_manager import TurnManager
 
 __all__ = ["LoopParts"]

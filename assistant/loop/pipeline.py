@@ -61,15 +61,14 @@ from assistant.speech.listener import (
     UtterancePaused,
 )
 from assistant.speech.voice import DEFAULT_CLAUSES, ClauseRule
+from assistant.turns.actions import BargeIn, TurnAction
 from assistant.turns.events import (
-    BargeIn,
     EndOfTurn,
     Interrupt,
     ShortPause,
     SpeechResumed,
     SpeechStarted,
     State,
-    TurnAction,
     TurnInput,
     TurnRulesChanged,
     VoiceFrame,

@@ -37,21 +37,13 @@ from assistant.loop.tool_worker import SayText, ToolsDone
 from assistant.loop.tts_worker import Presynthesized, SpeechChunk, SpeechDone
 from assistant.loop.types import PipelineError
 from assistant.loop.workers import WorkerFailed
-from assistant.turns.events import (
-    AudioCompleteness,
-    AudioStarted,
+from assistant.turns.actions import (
     BargeIn,
     CancelResponse,
     CancelSpeculation,
     DiscardUtterance,
-    EndOfTurn,
     FinalizeUtterance,
-    FinalTranscript,
-    InterimTranscript,
-    OnsetTranscript,
-    PartialTranscript,
     PauseReply,
-    PlaybackDone,
     RequestAudioScore,
     RequestInterim,
     RequestPartial,
@@ -59,9 +51,19 @@ from assistant.turns.events import (
     SetEndOfTurnSilence,
     StartResponse,
     StartSpeculation,
-    State,
     StateChanged,
     TurnAction,
+)
+from assistant.turns.events import (
+    AudioCompleteness,
+    AudioStarted,
+    EndOfTurn,
+    FinalTranscript,
+    InterimTranscript,
+    OnsetTranscript,
+    PartialTranscript,
+    PlaybackDone,
+    State,
     TurnCompleteness,
     TurnInput,
 )

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from assistant.loop.parts import LoopParts
 from assistant.loop.tool_worker import SayText, ToolsDone
-from assistant.turns.events import StartResponse, TextTurn
+from assistant.turns.actions import StartResponse
+from assistant.turns.events import TextTurn
 
 __all__ = ["results_label", "say", "start_text_turn", "tools_done"]
 

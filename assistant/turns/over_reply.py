@@ -32,24 +32,26 @@ was speech over the reply); the manager applies its own rules to what is left.
 
 from __future__ import annotations
 
-from assistant.turns.events import (
+from assistant.turns.actions import (
     BargeIn,
     CancelResponse,
     DiscardUtterance,
-    EndOfTurn,
     FinalizeUtterance,
-    FinalTranscript,
-    InterimTranscript,
-    Interrupt,
-    PartialTranscript,
     PauseReply,
     RequestInterim,
     RequestPartial,
     ResumeReply,
+    TurnAction,
+)
+from assistant.turns.events import (
+    EndOfTurn,
+    FinalTranscript,
+    InterimTranscript,
+    Interrupt,
+    PartialTranscript,
     ShortPause,
     SpeechStarted,
     State,
-    TurnAction,
     VoiceFrame,
 )
 from assistant.turns.interruption import Decision, backchannel_only, decide, guessed

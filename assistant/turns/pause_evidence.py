@@ -17,8 +17,7 @@ caller's list. The manager decides *when* (which state the floor is in); this ob
 
 from __future__ import annotations
 
-from assistant.turns.end_of_turn import EndOfTurnOptions, endpoint_silence_ms
-from assistant.turns.events import (
+from assistant.turns.actions import (
     CancelSpeculation,
     RequestAudioScore,
     RequestPartial,
@@ -26,6 +25,7 @@ from assistant.turns.events import (
     StartSpeculation,
     TurnAction,
 )
+from assistant.turns.end_of_turn import EndOfTurnOptions, endpoint_silence_ms
 
 __all__ = ["PauseEvidence"]
 

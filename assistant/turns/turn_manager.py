@@ -1,8 +1,9 @@
 """Who holds the floor: a pure, synchronous turn-taking state machine.
 
-``TurnManager.handle(event)`` takes one input from :mod:`assistant.turns.events` (VAD, ASR and
-playback reports) and returns the actions the pipeline must carry out, in order. It owns
-no threads, clocks or models, so every rule below is tested by feeding event tables.
+``TurnManager.handle(event)`` takes one input from :mod:`assistant.turns.events` (VAD, ASR
+and playback reports) and returns the actions (:mod:`assistant.turns.actions`) the pipeline
+must carry out, in order. It owns no threads, clocks or models, so every rule below is
+tested by feeding event tables.
 
 States: listening -> user_speaking -> thinking -> speaking -> listening, and an
 interruption moves speaking (or thinking) back to user_speaking.
@@ -36,12 +37,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from assistant.turns.actions import (
+    BargeIn,
+    FinalizeUtterance,
+    StartResponse,
+    StateChanged,
+    TurnAction,
+)
 from assistant.turns.events import (
     AudioCompleteness,
     AudioStarted,
-    BargeIn,
     EndOfTurn,
-    FinalizeUtterance,
     FinalTranscript,
     InterimTranscript,
     Interrupt,
@@ -51,11 +57,8 @@ from assistant.turns.events import (
     ShortPause,
     SpeechResumed,
     SpeechStarted,
-    StartResponse,
     State,
-    StateChanged,
     TextTurn,
-    TurnAction,
     TurnCompleteness,
     TurnInput,
     TurnRulesChanged,

@@ -8,6 +8,13 @@ import math
 
 import pytest
 
+from assistant.turns.actions import (
+    CancelSpeculation,
+    RequestAudioScore,
+    RequestPartial,
+    SetEndOfTurnSilence,
+    StartSpeculation,
+)
 from assistant.turns.end_of_turn import (
     EAGERNESS,
     EndOfTurnOptions,
@@ -19,18 +26,13 @@ from assistant.turns.end_of_turn import (
 from assistant.turns.events import (
     AudioCompleteness,
     AudioStarted,
-    CancelSpeculation,
     EndOfTurn,
     FinalTranscript,
     PartialTranscript,
     PlaybackDone,
-    RequestAudioScore,
-    RequestPartial,
-    SetEndOfTurnSilence,
     ShortPause,
     SpeechResumed,
     SpeechStarted,
-    StartSpeculation,
     TurnCompleteness,
     TurnRulesChanged,
 )

@@ -1,8 +1,7 @@
 """`PauseEvidence` alone: which partials speculate, which scores are stale, what the end
 of the turn hands over (the turn manager's tables test it in context)."""
 
-from assistant.turns.end_of_turn import EndOfTurnOptions
-from assistant.turns.events import (
+from assistant.turns.actions import (
     CancelSpeculation,
     RequestAudioScore,
     RequestPartial,
@@ -10,6 +9,7 @@ from assistant.turns.events import (
     StartSpeculation,
     TurnAction,
 )
+from assistant.turns.end_of_turn import EndOfTurnOptions
 from assistant.turns.pause_evidence import PauseEvidence
 
 SEMANTIC = EndOfTurnOptions(mode="semantic", audio_wait_ms=200)

@@ -8,30 +8,32 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from assistant.turns.events import (
-    AudioStarted,
+from assistant.turns.actions import (
     BargeIn,
     CancelResponse,
     CancelSpeculation,
     DiscardUtterance,
-    EndOfTurn,
     FinalizeUtterance,
+    RequestInterim,
+    RequestPartial,
+    StartResponse,
+    StartSpeculation,
+    StateChanged,
+    TurnAction,
+)
+from assistant.turns.events import (
+    AudioStarted,
+    EndOfTurn,
     FinalTranscript,
     InterimTranscript,
     Interrupt,
     PartialTranscript,
     PlaybackDone,
-    RequestInterim,
-    RequestPartial,
     ShortPause,
     SpeechResumed,
     SpeechStarted,
-    StartResponse,
-    StartSpeculation,
     State,
-    StateChanged,
     TextTurn,
-    TurnAction,
     TurnInput,
     VoiceFrame,
 )

@@ -5,30 +5,32 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from assistant.turns.end_of_turn import EndOfTurnOptions
-from assistant.turns.events import (
-    AudioStarted,
+from assistant.turns.actions import (
     BargeIn,
     DiscardUtterance,
-    EndOfTurn,
     FinalizeUtterance,
-    FinalTranscript,
-    InterimTranscript,
-    Interrupt,
-    PartialTranscript,
     PauseReply,
-    PlaybackDone,
     RequestInterim,
     RequestPartial,
     ResumeReply,
     SetEndOfTurnSilence,
+    StartResponse,
+    StartSpeculation,
+    StateChanged,
+)
+from assistant.turns.end_of_turn import EndOfTurnOptions
+from assistant.turns.events import (
+    AudioStarted,
+    EndOfTurn,
+    FinalTranscript,
+    InterimTranscript,
+    Interrupt,
+    PartialTranscript,
+    PlaybackDone,
     ShortPause,
     SpeechResumed,
     SpeechStarted,
-    StartResponse,
-    StartSpeculation,
     State,
-    StateChanged,
     TurnCompleteness,
     TurnInput,
     VoiceFrame,
