@@ -282,6 +282,10 @@ class TurnsConfig(Section):
 
     barge_in_min_ms: int = Field(200, ge=0)
     """Voiced user speech during playback must last this long to interrupt."""
+    continue_within_ms: int = Field(500, ge=0)
+    """Speech over the reply that began within this long of its first audio goes on with
+    the user's turn (the end of turn came in their pause: "Yes, [pause] please"): the
+    reply is withdrawn and the words join the user's (0: a barge-in like any other)."""
     interrupted_marker: bool = False
     """Append a short marker to an interrupted assistant turn in the history."""
     speculate: bool = True

@@ -277,6 +277,7 @@ def turn_options(cfg: AppConfig) -> TurnOptions:
     t = cfg.turns
     return TurnOptions(barge_in_min_ms=t.barge_in_min_ms, speculate=t.speculate,
                        pause_at_onset=t.pause_at_onset,
+                       continue_within_ms=t.continue_within_ms,
                        end_of_turn=end_of_turn_options(cfg),
                        interruption=InterruptionOptions(
                            mode=t.interruption, backchannels=tuple(t.backchannels),

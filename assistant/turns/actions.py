@@ -115,14 +115,16 @@ class StartResponse:
 
 @dataclass(frozen=True)
 class CancelResponse:
-    """Abandon turn ``turn_id`` before any of its audio played.
+    """Withdraw turn ``turn_id``: before any of its audio played, or just as it began.
 
-    The user kept talking after the end of turn was detected: the pipeline removes the
-    reply *and* the committed user turn (history and engine), because the manager will
-    commit the user's words again, joined with what they say next.
+    The user kept talking after the end of turn was detected: the pipeline stops its
+    audio, removes the reply *and* the committed user turn (history and engine), because
+    the manager will commit the user's words again, joined with what they say next.
     """
 
     turn_id: int
+    t_ms: int = 0
+    """When the user's going on was detected."""
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,12 @@ class TurnOptions:
     """Voiced user speech needed, while the assistant holds the floor, to interrupt it."""
     speculate: bool = True
     """Start speculative replies at short pauses."""
+    continue_within_ms: int = 500
+    """Speech over the reply that began within this long of the reply's first audio (or
+    before it) continues the user's turn: it went on after a pause the end of turn took
+    for its end, before the reply could be answered. Once it counts, the reply is
+    withdrawn (none of it kept) and the words join the user's. 0: such speech is a
+    barge-in like any other."""
     pause_at_onset: bool = True
     """Tentative: speech that cannot be the reply's echo (``SpeechStarted.echo_free``)
     pauses the reply at its onset, not after ``barge_in_min_ms``."""
@@ -27,3 +33,7 @@ class TurnOptions:
     """When silence ends the user's turn (fixed, or semantic: scored by the model)."""
     interruption: InterruptionOptions = InterruptionOptions(mode="immediate")
     """Whether speech over the reply cuts it at once or pauses it until it is known."""
+
+    def __post_init__(self) -> None:
+        if self.continue_within_ms < 0:
+            raise ValueError("continue_within_ms must be >= 0")

@@ -27,6 +27,12 @@ was speech over the reply); the manager applies its own rules to what is left.
   hears) count as no words, like a guess: a residual echo does not cut the reply.
 - Speech that cannot be the reply's echo (``SpeechStarted.echo_free``: the echo gate
   stood down) pauses a tentative reply at its onset (``TurnOptions.pause_at_onset``).
+- Speech over the reply that began within ``continue_within_ms`` of the reply's first
+  audio (or before it) is the user going on with their turn, not answering what they
+  heard: the end of turn came in a pause of theirs ("Yes, [400 ms] please"). Once it
+  counts (or its pause's cut is committed), the reply is withdrawn as if nothing had
+  played (:class:`CancelResponse`) and the user's turn reopened, as while thinking. A
+  reply to a text turn (a tool's result, say) has no such turn to go on with.
 - A turn that took the floor from the reply ends by the fixed silence at the least.
 """
 
@@ -72,6 +78,8 @@ class OverReply:
     _prefix: str
     _pending_finals: int
     _speech_end_ms: int
+    _audio_started_ms: int | None
+    _answers_speech: bool
     _candidate: Candidate | None
     _paused_reply: PausedReply | None
 
@@ -115,8 +123,8 @@ class OverReply:
             return False
         if self._candidate is None:
             voiced = max(0, ev.voiced_ms)
-            self._candidate = Candidate(voiced_ms=voiced, heard=Span(voiced),
-                                        echo_free=ev.echo_free)
+            self._candidate = Candidate(voiced_ms=voiced, onset_ms=ev.t_ms - voiced,
+                                        heard=Span(voiced), echo_free=ev.echo_free)
             self._check_candidate(ev.t_ms, out)
         return True
 
@@ -284,25 +292,40 @@ class OverReply:
             return
         turn_id = self._active_turn
         if self._state is State.SPEAKING and self.options.interruption.mode == "tentative":
-            paused = PausedReply(turn_id, t_ms, cand.voiced_ms, text=cand.text)
+            paused = PausedReply(turn_id, t_ms, cand.voiced_ms, onset_ms=cand.onset_ms,
+                                 text=cand.text)
             self._paused_reply = paused
             out.append(PauseReply(turn_id=turn_id, t_ms=t_ms))
             self._decide_pause(t_ms, out)  # its words may be known already
             if self._paused_reply is paused:
                 self._request_interim(paused, out)
             return  # the reply keeps the floor until the cut is decided
-        if self._state is State.SPEAKING:
+        if self._state is State.SPEAKING and not self._continues_turn(cand.onset_ms):
             out.append(BargeIn(turn_id=turn_id, t_ms=t_ms))
+            self._active_turn = None
+            self._active_user_text = ""
             self._open_utterance(interrupting=True)
         else:
-            # Nothing played yet: withdraw the reply and reopen the user's turn.
-            out.append(CancelResponse(turn_id=turn_id))
-            reopened = self._active_user_text
-            self._open_utterance(interrupting=True)
-            self._prefix = reopened
+            # Nothing played yet, or the user went on as it began: withdraw the reply.
+            self._withdraw_reply(turn_id, t_ms, out)
+        self._set_state(State.USER_SPEAKING, t_ms, out)
+
+    def _continues_turn(self, onset_ms: int) -> bool:
+        """Whether speech over the reply that began at ``onset_ms`` goes on with the
+        user's turn (see the module docstring)."""
+        started, within = self._audio_started_ms, self.options.continue_within_ms
+        return (within > 0 and self._answers_speech
+                and (started is None or onset_ms - started <= within))
+
+    def _withdraw_reply(self, turn_id: int, t_ms: int, out: list[TurnAction]) -> None:
+        """Withdraw the reply in flight and reopen the user's turn it answered: their
+        next words join it."""
+        out.append(CancelResponse(turn_id=turn_id, t_ms=t_ms))
+        reopened = self._active_user_text
         self._active_turn = None
         self._active_user_text = ""
-        self._set_state(State.USER_SPEAKING, t_ms, out)
+        self._open_utterance(interrupting=True)
+        self._prefix = reopened
 
     def _pause_after_ms(self, cand: Candidate) -> int:
         """Voiced speech over the reply that counts: ``barge_in_min_ms``; none for speech
@@ -328,7 +351,7 @@ class OverReply:
             self._resume(t_ms, out)
             # The speech's utterance is still open: discarded when it ends, and more
             # speech over the reply counts afresh.
-            self._candidate = Candidate(voiced_ms=0)
+            self._candidate = Candidate(voiced_ms=0, onset_ms=t_ms)
 
     def _request_interim(self, paused: PausedReply, out: list[TurnAction]) -> None:
         if paused.words_due(self.options.interruption.interim_every_ms):
@@ -342,16 +365,20 @@ class OverReply:
 
     def _commit_pause(self, t_ms: int, out: list[TurnAction], *, speaking: bool = False,
                       reason: str = "speech") -> None:
-        """The paused reply's cut stands (a :class:`BargeIn` dated at the pause); with
-        ``speaking`` the user's turn is open and goes on (user_speaking)."""
+        """The paused reply's cut stands (a :class:`BargeIn` dated at the pause, or the
+        reply withdrawn when the speech went on with the user's turn); with ``speaking``
+        the user's turn is open and goes on (user_speaking)."""
         paused = self._paused_reply
         assert paused is not None
         self._paused_reply = None
-        out.append(BargeIn(turn_id=paused.turn_id, t_ms=paused.t_ms, reason=reason,
-                           paused=True))
-        self._active_turn = None
-        self._active_user_text = ""
-        self._open_utterance(interrupting=True)
+        if reason == "speech" and self._continues_turn(paused.onset_ms):
+            self._withdraw_reply(paused.turn_id, t_ms, out)
+        else:
+            out.append(BargeIn(turn_id=paused.turn_id, t_ms=paused.t_ms, reason=reason,
+                               paused=True))
+            self._active_turn = None
+            self._active_user_text = ""
+            self._open_utterance(interrupting=True)
         if speaking:
             self._set_state(State.USER_SPEAKING, t_ms, out)
         elif not paused.finalized:

@@ -52,6 +52,8 @@ class Candidate:
 
     voiced_ms: int
     """Continuous voiced speech: a short pause resets it."""
+    onset_ms: int = 0
+    """When the speech began (the VAD's confirmation less what it heard before it)."""
     heard: Span = field(default_factory=Span)
     echo_free: bool = False
     """Heard with the echo gate stood down: not the reply's echo (see `SpeechStarted`)."""
@@ -100,6 +102,8 @@ class PausedReply:
     t_ms: int
     """When it paused."""
     voiced_ms: int
+    onset_ms: int = 0
+    """When the speech over it began (see :class:`Candidate`)."""
     speech_ended: bool = False
     text: str | None = None
     word_p: float = 1.0

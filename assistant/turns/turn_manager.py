@@ -100,6 +100,9 @@ class TurnManager(OverReply):
         self._prefix = ""
         self._pending_finals = 0
         self._speech_end_ms = 0
+        # When the reply in flight began to play; whether it answers the user's speech.
+        self._audio_started_ms: int | None = None
+        self._answers_speech = False
         self._candidate: Candidate | None = None
         self._paused_reply: PausedReply | None = None
 
@@ -154,6 +157,7 @@ class TurnManager(OverReply):
 
     def _on_audio_started(self, ev: AudioStarted, out: list[TurnAction]) -> None:
         if ev.turn_id == self._active_turn and self._state is State.THINKING:
+            self._audio_started_ms = ev.t_ms
             self._set_state(State.SPEAKING, ev.t_ms, out)
 
     def _on_text_turn(self, ev: TextTurn, out: list[TurnAction]) -> None:
@@ -164,7 +168,7 @@ class TurnManager(OverReply):
         self._set_state(State.THINKING, ev.t_ms, out)
         self._speech_end_ms = ev.t_ms
         self._prefix = ev.text.strip()
-        self._start_response(out)
+        self._start_response(out, answers_speech=False)
 
     def _on_interrupt(self, ev: Interrupt, out: list[TurnAction]) -> None:
         if ev.turn_id != self._active_turn or not self.assistant_has_floor:
@@ -254,13 +258,15 @@ class TurnManager(OverReply):
             else:
                 self._set_state(State.LISTENING, ev.t_ms, out)
             return
-        self._start_response(out)
+        self._start_response(out, answers_speech=True)
 
-    def _start_response(self, out: list[TurnAction]) -> None:
+    def _start_response(self, out: list[TurnAction], *, answers_speech: bool) -> None:
         turn_id = self._next_turn_id
         self._next_turn_id += 1
         self._active_turn = turn_id
         self._active_user_text = self._prefix
+        self._audio_started_ms = None
+        self._answers_speech = answers_speech
         out.append(
             StartResponse(
                 turn_id=turn_id,

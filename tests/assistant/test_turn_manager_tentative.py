@@ -40,9 +40,12 @@ from assistant.turns.options import TurnOptions
 from assistant.turns.turn_manager import TurnManager
 from tests.assistant.test_turn_manager import ASK, ASK_AND_SPEAK, S, Step, T, U, run_table, sc
 
+# Speech over the reply in these tables comes ~200 ms after its audio began; they are about
+# barge-ins, so the rule that such speech goes on with the user's turn is off
+# (continue_within_ms=0; see test_turn_continuation.py).
 # The decisions, with interim transcripts left to the display partials (see
 # test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_on).
-TENTATIVE = TurnOptions(barge_in_min_ms=200, speculate=True,
+TENTATIVE = TurnOptions(barge_in_min_ms=200, continue_within_ms=0, speculate=True,
                         interruption=InterruptionOptions(mode="tentative", interim_every_ms=0))
 # Speech over reply 1 that counts: the reply pauses (no cut yet), the assistant keeps the floor.
 PAUSED: list[Step] = [
@@ -168,7 +171,7 @@ def test_the_reply_s_own_words_heard_back_are_a_sound() -> None:
 
 
 def test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_on() -> None:
-    options = TurnOptions(barge_in_min_ms=200, speculate=True,
+    options = TurnOptions(barge_in_min_ms=200, continue_within_ms=0, speculate=True,
                           interruption=InterruptionOptions(mode="tentative",
                                                            interim_every_ms=200))
     run_table([
@@ -196,7 +199,7 @@ def test_interim_transcripts_are_asked_for_at_the_pause_and_as_the_speech_goes_o
 def test_the_next_interim_is_asked_for_after_speech_time_not_only_voiced_frames() -> None:
     # Speech in room noise: many of its frames are under the noise margin (unvoiced).
     # An interim guess is passed over; the next decode, 200 ms of speech later, decides.
-    options = TurnOptions(barge_in_min_ms=200, speculate=True,
+    options = TurnOptions(barge_in_min_ms=200, continue_within_ms=0, speculate=True,
                           interruption=InterruptionOptions(mode="tentative",
                                                            interim_every_ms=200))
     start = [
@@ -257,7 +260,7 @@ def test_a_word_that_asks_for_the_floor_counts_at_a_lower_probability() -> None:
         (InterimTranscript(2100, "Okay.", word_p=0.24), [], S),
     ], TENTATIVE)
     # The list and the bar are the config's: without "wait" in it, the same is a guess.
-    strict = TurnOptions(barge_in_min_ms=200, speculate=True,
+    strict = TurnOptions(barge_in_min_ms=200, continue_within_ms=0, speculate=True,
                          interruption=InterruptionOptions(mode="tentative", interim_every_ms=0,
                                                           interrupt_words=("stop",)))
     run_table([*PAUSED, (InterimTranscript(2100, "Wait.", word_p=0.24), [], S)], strict)
@@ -289,7 +292,7 @@ def test_a_cut_decided_in_the_speech_s_pause_times_the_user_s_turn_from_there() 
     # committed there and that pause is the user's turn's own: its words are speculated
     # on (the preview asked for again: the worker has it) and its end is timed, by the
     # fixed silence until the score comes (before: the VAD's longest limit, 1.6 s).
-    options = TurnOptions(barge_in_min_ms=200, speculate=True,
+    options = TurnOptions(barge_in_min_ms=200, continue_within_ms=0, speculate=True,
                           end_of_turn=EndOfTurnOptions(mode="semantic"),
                           interruption=InterruptionOptions(mode="tentative", interim_every_ms=0))
     tm = run_table([
@@ -381,7 +384,7 @@ def test_real_words_over_the_reply_interrupt_however_short_the_speech() -> None:
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (InterimTranscript(2050, "Stop,"), [BargeIn(1, 2050), sc(2050, S, U)], U),
-    ], TurnOptions(barge_in_min_ms=200, interruption=InterruptionOptions(mode="immediate")))
+    ], TurnOptions(barge_in_min_ms=200, continue_within_ms=0, interruption=InterruptionOptions(mode="immediate")))
     # A backchannel, or words only guessed at, still need the speech to count.
     run_table([
         *ASK_AND_SPEAK,
@@ -398,7 +401,7 @@ def test_immediate_mode_cuts_at_once() -> None:
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (VoiceFrame(2000, True, 40), [], S),
         (VoiceFrame(2040, True, 40), [BargeIn(1, 2080), sc(2080, S, U)], U),
-    ], TurnOptions(barge_in_min_ms=200, interruption=InterruptionOptions(mode="immediate")))
+    ], TurnOptions(barge_in_min_ms=200, continue_within_ms=0, interruption=InterruptionOptions(mode="immediate")))
 
 
 _events = st.one_of(
@@ -464,7 +467,7 @@ def test_speech_that_cannot_be_the_echo_pauses_the_reply_at_its_onset() -> None:
 
 def test_the_onset_pause_is_only_for_a_tentative_reply_that_plays() -> None:
     # Immediate interruptions cut for good: barge_in_min_ms still decides them.
-    immediate = TurnOptions(barge_in_min_ms=200, speculate=True,
+    immediate = TurnOptions(barge_in_min_ms=200, continue_within_ms=0, speculate=True,
                             interruption=InterruptionOptions(mode="immediate"))
     run_table([
         *ASK_AND_SPEAK,
