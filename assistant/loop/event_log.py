@@ -218,8 +218,9 @@ class ResponseDoneEntry(Entry):
 
 @dataclass(frozen=True)
 class ResponseWithdrawnEntry(Entry):
-    """A reply was removed before any of it played (the user went on talking): its user
-    message is back in the open turn and nothing of it is in the history."""
+    """A reply was removed before any of it played, or as it began (the user went on
+    talking; a ``playback_stopped`` before it says what was heard): its user message is
+    back in the open turn and nothing of it is in the history."""
 
     type: ClassVar[str] = "response_withdrawn"
     turn_id: int

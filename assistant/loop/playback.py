@@ -281,11 +281,3 @@ class PlaybackController:
         if cur is None or cur.turn_id != turn_id or cur.paused is None:
             return None
         return cur.resume(self.sink)
-
-    def withdraw(self, turn_id: int) -> None:
-        """Drop ``turn_id`` before it was heard (nothing of it is kept)."""
-        cur = self._current
-        if cur is not None and cur.turn_id == turn_id:
-            self._current = None
-            cur.stopped = True
-            self.sink.stop()

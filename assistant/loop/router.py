@@ -370,8 +370,16 @@ def _barge_in(p: LoopParts, action: BargeIn, cause: TurnInput) -> None:
 
 
 def _cancel_response(p: LoopParts, action: CancelResponse, cause: TurnInput) -> None:
-    p.playback.withdraw(action.turn_id)
+    stopped = p.playback.stop(action.turn_id, detected_ms=action.t_ms or p.now_ms(),
+                              now_ms=p.now_ms())
     p.tts.cancel(action.turn_id)
+    if stopped is not None and stopped.playback.start_pos is not None:
+        # The user went on as the reply began: what they heard of it is withdrawn too.
+        report = stopped.report
+        _log.debug("the user went on as reply %d began (%d ms heard): withdrawn, their "
+                   "turn reopened", action.turn_id, report.heard_ms)
+        p.emit(log.PlaybackStoppedEntry(report.stopped_at_ms, action.turn_id,
+                                        report.heard_ms, report.leaked_ms))
     p.dialogue.withdraw_turn(action.turn_id)
 
 

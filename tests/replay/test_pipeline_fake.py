@@ -183,6 +183,43 @@ def test_barge_in_keeps_exactly_the_words_heard(tmp_path: Path, into_reply_ms: i
     assert m.barge_in_stop_ms == (0,)
 
 
+@pytest.mark.parametrize("mode", ["immediate", "tentative"])
+def test_going_on_as_the_reply_begins_withdraws_it_and_joins_the_turn(tmp_path: Path,
+                                                                       mode: str) -> None:
+    # The user speaks again 200 ms into the reply (continue_within_ms: 500): they were
+    # going on with their turn. The reply stops (tentative: pauses, and its words commit
+    # the cut), leaves the history and the engine's sequence, and one user turn holds
+    # both utterances.
+    signal = np.concatenate([silence(300), voice(1000), silence(570 + 200), voice(900),
+                             silence(1500)])
+    turns = TurnOptions(interruption=InterruptionOptions(mode=mode))  # type: ignore[arg-type]
+    r = asyncio.run(_run(signal, tmp_path, turns, True, CountingTranscriber(0)))
+    assert r.of(log.BargeInEntry) == [] and r.of(log.TruncatedEntry) == []
+    (withdrawn,) = r.of(log.ResponseWithdrawnEntry)
+    assert withdrawn.turn_id == 1
+    (stopped,) = r.of(log.PlaybackStoppedEntry)
+    audio = [e for e in r.of(log.AudioStartedEntry) if e.turn_id == 1][0]
+    assert stopped.turn_id == 1 and 200 <= stopped.played_ms <= 200 + 200 + 40
+    finals = [e.text for e in r.of(log.TranscriptFinalEntry)]
+    assert len(finals) == 2
+    started = r.of(log.ResponseStartedEntry)
+    assert [e.turn_id for e in started] == [1, 2]
+    assert started[1].user_text == f"{finals[0]} {finals[1]}"
+    turns = r.result.conversation
+    assert [t["role"] for t in turns] == ["system", "user", "assistant"]
+    assert turns[1]["text"] == started[1].user_text and not turns[2]["interrupted"]
+    # Nothing of the withdrawn reply is played after the stop.
+    nxt = [e for e in r.of(log.AudioStartedEntry) if e.turn_id == 2][0]
+    assert audio.t_ms < stopped.t_ms < nxt.t_ms
+    assert r.rms(stopped.t_ms + 1, nxt.t_ms) == 0.0
+    m = r.result.metrics
+    assert m.sequence_matches_history and m.history_text_matches
+    # An adapter hears the reply withdrawn, and the user's speech as theirs.
+    public = [e for e in r.outputs if isinstance(e, out.ResponseWithdrawn | out.ResponseDone)]
+    assert [(type(e), e.turn_id) for e in public] == [(out.ResponseWithdrawn, 1),
+                                                      (out.ResponseDone, 2)]
+
+
 def test_short_voiced_burst_does_not_interrupt(tmp_path: Path) -> None:
     # 150 ms (8 frames touched: 160 ms) opens a VAD turn (120 ms) but stays under the
     # 200 ms barge-in minimum; its words are asked for as it ends (min_words_ms), and
