@@ -148,6 +148,7 @@ def server_examples() -> list[Any]:
         S.ConversationItemAdded(event_id="event_1", item=text_bot),
         S.ConversationItemDone(event_id="event_1", previous_item_id="item_1", item=bot),
         S.ConversationItemRetrieved(event_id="event_1", item=user),
+        S.ConversationItemDeleted(event_id="event_1", item_id="item_2"),
         S.ConversationItemTruncated(event_id="event_1", item_id="item_2", audio_end_ms=700),
         S.TranscriptionDelta(event_id="event_1", item_id="item_1", delta="hel"),
         S.TranscriptionCompleted(event_id="event_1", item_id="item_1", transcript="hello",

@@ -125,6 +125,41 @@ def test_a_reply_the_user_talks_into_before_it_plays_is_withdrawn(serve_runtime:
     run(main(), timeout=240)
 
 
+def test_a_reply_the_user_goes_on_over_as_it_begins_is_withdrawn(serve_runtime: Any) -> None:
+    # The reply's first audio has gone out; the user goes on with their turn before
+    # continue_within_ms of it could play: the reply is withdrawn (its item deleted by
+    # the session), and the next answers both utterances as one turn.
+    rt = serve_runtime
+    first = piper_speech(rt, "What is the capital of France?")
+    more = piper_speech(rt, "And what about Germany, please?")
+    silence = np.zeros(24000, np.int16)
+
+    async def main() -> None:
+        backend = rt.backend_factory(rt.defaults)
+        seen: list[Any] = []
+        try:
+            await _speak(backend, np.concatenate([silence[:4800], first, silence]))
+            audio = await _until(backend, seen, lambda e: isinstance(e, B.ResponseAudio))
+            await _speak(backend, np.concatenate([more, silence[:2400]]))
+            done = await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished))
+            assert done.response_key == audio.response_key
+            assert (done.status, done.withdrawn) == ("cancelled", True)
+            await _speak(backend, silence)
+            answer = await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished)
+                                  and e.response_key != audio.response_key)
+            assert answer.status == "completed" and not answer.withdrawn
+            context = (await backend.context_text()).splitlines()
+            assert [line.split(":")[0] for line in context] == ["system", "user", "assistant"]
+            assert "france" in context[1].lower() and "germany" in context[1].lower()
+            await backend.sequence_text()
+        finally:
+            await backend.aclose()
+        rt.check_engine()
+        assert rt.engine_stats()["sequences"] == 0
+
+    run(main(), timeout=240)
+
+
 class CountingVoice:
     """The shared Piper voice, counting the clauses it is asked to speak."""
 

@@ -291,3 +291,38 @@ def test_a_response_cut_before_its_first_word_keeps_an_empty_transcript() -> Non
         assert retrieved.item.content[0].transcript == ""
 
     run(main())
+
+
+def test_a_withdrawn_reply_leaves_the_conversation_and_its_truncate_is_moot() -> None:
+    """The user went on with their turn as the reply began: response.done, then the
+    reply's item is deleted; the client's truncate (sent as it heard the user speak, before
+    or after the deletion) cuts nothing and is no error."""
+    from assistant.serve.backend import contract as B
+
+    async def main() -> None:
+        h = Harness(FakeBackend(DEFAULTS))
+        for key, late in ((7, False), (8, True)):
+            await h.session.handle_backend(B.ResponseStarted(response_key=key))
+            await h.session.handle_backend(B.ResponseText(response_key=key, delta="Sure, "))
+            await h.session.handle_backend(
+                B.ResponseAudio(response_key=key, pcm=np.zeros(2400, np.int16).tobytes()))
+            item_id = [e for e in h.sent if isinstance(e, S.OutputItemAdded)][-1].item.id
+            truncate = C.ConversationItemTruncate(item_id=item_id, content_index=0,
+                                                  audio_end_ms=40)
+            if not late:  # before the deletion: held for the response's end, then moot
+                assert await h.client(truncate) is None
+            await h.session.handle_backend(B.ResponseFinished(
+                response_key=key, status="cancelled", reason="turn_detected", withdrawn=True))
+            deleted = await h.wait_for("conversation.item.deleted", count=key - 6)
+            assert deleted[-1].item_id == item_id
+            if late:
+                assert await h.client(truncate) is None
+            err = await h.client(C.ConversationItemRetrieve(item_id=item_id))
+            assert err is not None and err.code == "item_not_found"
+        assert not [e for e in h.sent if isinstance(e, S.ConversationItemTruncated)]
+        assert not [e for e in h.sent if isinstance(e, S.Error)
+                    and e.error.code != "item_not_found"]
+        types = h.types()
+        assert types.index("response.done") < types.index("conversation.item.deleted")
+
+    run(main())

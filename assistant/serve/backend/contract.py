@@ -224,6 +224,9 @@ class ResponseFinished:
     text: str = ""
     """Everything the response said (before any later truncation)."""
     usage: TokenUsage = field(default_factory=TokenUsage)
+    withdrawn: bool = False
+    """The reply left the conversation: the user went on with their turn before, or as,
+    it began to play (their words join the turn it answered)."""
 
 
 @dataclass(frozen=True, kw_only=True)

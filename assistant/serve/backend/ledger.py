@@ -107,14 +107,14 @@ class ResponseLedger:
                                 usage=usage)
 
     def withdraw(self, turn_id: int) -> ResponseFinished | None:
-        """Turn ``turn_id`` was removed before any of it played (the user went on)."""
+        """Turn ``turn_id`` was removed before or as it began to play (the user went on)."""
         key = self._key_of_turn.get(turn_id)
         if key is None or self.open_turn != turn_id:
             return None
         self.open_turn = None
         return ResponseFinished(response_key=key, status="cancelled",
                                 reason=self._reasons.pop(turn_id, "turn_detected"),
-                                usage=self._usage.pop(turn_id, TokenUsage()))
+                                usage=self._usage.pop(turn_id, TokenUsage()), withdrawn=True)
 
     def forget_before(self, turn_id: int) -> None:
         """Drop what is kept of turns older than ``turn_id`` except their ids and texts

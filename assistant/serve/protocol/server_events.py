@@ -68,6 +68,7 @@ __all__ = [
     "ConversationItemAdded",
     "ConversationItemDone",
     "ConversationItemRetrieved",
+    "ConversationItemDeleted",
     "ConversationItemTruncated",
     "TranscriptionDelta",
     "TranscriptionUsage",
@@ -178,6 +179,16 @@ class ConversationItemRetrieved:
     type: Literal["conversation.item.retrieved"] = "conversation.item.retrieved"
     event_id: str
     item: ConversationItem
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConversationItemDeleted:
+    """An item left the conversation: a reply the server withdrew because the user went
+    on with their turn as it began (their words join the turn it answered)."""
+
+    type: Literal["conversation.item.deleted"] = "conversation.item.deleted"
+    event_id: str
+    item_id: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -378,6 +389,7 @@ ServerEvent = Annotated[
     | ConversationItemAdded
     | ConversationItemDone
     | ConversationItemRetrieved
+    | ConversationItemDeleted
     | ConversationItemTruncated
     | TranscriptionDelta
     | TranscriptionCompleted
@@ -409,6 +421,7 @@ SERVER_EVENT_TYPES: tuple[type, ...] = (
     ConversationItemAdded,
     ConversationItemDone,
     ConversationItemRetrieved,
+    ConversationItemDeleted,
     ConversationItemTruncated,
     TranscriptionDelta,
     TranscriptionCompleted,

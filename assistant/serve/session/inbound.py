@@ -22,7 +22,7 @@ from assistant.serve.protocol import server_events as S
 from assistant.serve.protocol.codec import ProtocolError
 from assistant.serve.protocol.responses import ItemRecord
 from assistant.serve.protocol.settings import apply_update
-from assistant.serve.session.state import SessionState
+from assistant.serve.session.state import SessionState, log
 
 __all__ = ["CLIENT_HANDLERS", "apply_truncate"]
 
@@ -128,6 +128,9 @@ async def _tool_output(s: SessionState, item: C.ItemParam) -> None:
 
 
 async def _truncate(s: SessionState, event: C.ConversationItemTruncate) -> None:
+    if event.item_id in s.withdrawn_items and event.item_id not in s.by_id:
+        log.debug("truncate of withdrawn item %s: nothing left to cut", event.item_id)
+        return
     record = s.item(event.item_id, "item_id")
     if record.kind == "function_call":
         raise ProtocolError(

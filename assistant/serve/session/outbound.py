@@ -11,7 +11,8 @@ events come out in the API's order::
     [response.output_item.added, conversation.item.added,
      response.function_call_arguments.delta, response.function_call_arguments.done,
      response.output_item.done, conversation.item.done]*,
-    response.done
+    response.done,
+    [conversation.item.deleted]*   (a withdrawn reply: the user went on with their turn)
 
 The message item opens with the reply's first words (a reply that says nothing and
 calls nothing still gets an empty one, when it ends); a function call closes the
@@ -234,6 +235,13 @@ async def _on_response_finished(s: SessionState, event: B.ResponseFinished) -> N
         await _close_message(s, active)
     s.metrics.responses.labels(status=event.status).inc()
     await s.emit(done_event(active, event, s.ids))
+    if event.withdrawn:
+        # The user went on with their turn as it began: it is out of the conversation
+        # (and a truncate the client asked for has nothing left to cut).
+        for record in active.outputs:
+            if s.by_id.get(record.item_id) is record:
+                await s.delete_item(record)
+        return
     if active.pending_truncate is not None:
         try:
             await apply_truncate(s, item, active.pending_truncate)

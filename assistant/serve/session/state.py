@@ -62,6 +62,9 @@ class SessionState:
     """The function calls of this session's responses by ``call_id``."""
     answered: set[str] = field(default_factory=set)
     """``call_id`` s the client gave an output for."""
+    withdrawn_items: deque[str] = field(default_factory=lambda: deque(maxlen=16))
+    """Items of replies the server withdrew, lately: a client's truncate of one (sent as
+    it heard the user speak, before the deletion reached it) has nothing left to cut."""
     speech_stopped_at: float | None = None
     """When the user last stopped speaking (seconds on ``clock``), until the reply's
     first audio measures voice-to-voice latency from it."""
@@ -81,6 +84,14 @@ class SessionState:
         """Append ``record`` to the conversation's items."""
         self.items.append(record)
         self.by_id[record.item_id] = record
+
+    async def delete_item(self, record: ItemRecord) -> None:
+        """``record`` leaves the conversation (a withdrawn reply's item)."""
+        self.items.remove(record)
+        del self.by_id[record.item_id]
+        self.withdrawn_items.append(record.item_id)
+        await self.emit(S.ConversationItemDeleted(event_id=self.ids("event"),
+                                                  item_id=record.item_id))
 
     async def add_item(self, record: ItemRecord) -> None:
         """A client's item (committed audio, created text, a tool's output): added and,

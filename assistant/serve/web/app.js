@@ -298,6 +298,19 @@ const HANDLERS = {
     }
     if (!s.player.playing && view.state !== "you are speaking") setState("listening");
   },
+  // A reply withdrawn as it began: the user went on with their turn, and the daemon
+  // answers the whole of it instead. It leaves the transcript as it left the context.
+  "conversation.item.deleted": (s, e) => {
+    if (s.audioItem === e.item_id) {
+      s.player.stop(e.item_id);
+      s.audioItem = null;
+    }
+    const i = view.turns.findIndex((x) => x.id === e.item_id);
+    if (i >= 0) {
+      view.turns[i].li.remove();
+      view.turns.splice(i, 1);
+    }
+  },
   "conversation.item.truncated": (s, e) => {
     s.send({ type: "conversation.item.retrieve", item_id: e.item_id });
   },
