@@ -288,12 +288,13 @@ class OverReply:
         if self._active_turn is None:
             # Thinking, final transcript still pending: the user simply goes on.
             self._open_utterance(keep_prefix=True)
-            self._set_state(State.USER_SPEAKING, t_ms, out)
+            self._take_floor(cand, t_ms, out)
             return
         turn_id = self._active_turn
         if self._state is State.SPEAKING and self.options.interruption.mode == "tentative":
+            # Counted by the words of its pause: the speech is in that pause.
             paused = PausedReply(turn_id, t_ms, cand.voiced_ms, onset_ms=cand.onset_ms,
-                                 text=cand.text)
+                                 speech_ended=cand.in_pause, text=cand.text)
             self._paused_reply = paused
             out.append(PauseReply(turn_id=turn_id, t_ms=t_ms))
             self._decide_pause(t_ms, out)  # its words may be known already
@@ -308,7 +309,15 @@ class OverReply:
         else:
             # Nothing played yet, or the user went on as it began: withdraw the reply.
             self._withdraw_reply(turn_id, t_ms, out)
+        self._take_floor(cand, t_ms, out)
+
+    def _take_floor(self, cand: Candidate, t_ms: int, out: list[TurnAction]) -> None:
+        """The user's turn goes on with the counted speech; counted by the words of its
+        pause, that pause is the turn's own (its words speculated on, its end timed: else
+        the VAD's longest limit would end it)."""
         self._set_state(State.USER_SPEAKING, t_ms, out)
+        if cand.in_pause:
+            self._enter_pause(out)
 
     def _continues_turn(self, onset_ms: int) -> bool:
         """Whether speech over the reply that began at ``onset_ms`` goes on with the

@@ -17,13 +17,17 @@ from assistant.turns.actions import (
     PauseReply,
     RequestPartial,
     ResumeReply,
+    SetEndOfTurnSilence,
     StartResponse,
+    StartSpeculation,
 )
+from assistant.turns.end_of_turn import EndOfTurnOptions
 from assistant.turns.events import (
     AudioStarted,
     EndOfTurn,
     FinalTranscript,
     InterimTranscript,
+    PartialTranscript,
     ShortPause,
     SpeechStarted,
     State,
@@ -147,3 +151,26 @@ def test_speech_that_never_counts_is_discarded_as_ever() -> None:
 def test_negative_window_is_refused() -> None:
     with pytest.raises(ValueError, match="continue_within_ms"):
         TurnOptions(continue_within_ms=-1)
+
+
+def test_going_on_counted_by_its_pause_s_words_times_the_turn_s_end_from_that_pause() -> None:
+    # The bench's case: "please" (under barge_in_min_ms of voice in noise) counts by the
+    # words of its pause's transcript. The reply is withdrawn and that pause is the
+    # user's turn's own: its words (joined) are speculated on and its end is timed --
+    # before, nothing timed it and the VAD's longest limit (2 s) ended the turn.
+    options = TurnOptions(barge_in_min_ms=200, continue_within_ms=500,
+                          end_of_turn=EndOfTurnOptions(mode="semantic"),
+                          interruption=InterruptionOptions(mode="tentative", interim_every_ms=0))
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(1940, voiced_ms=120), [], S),
+        (ShortPause(2140), [RequestPartial()], S),
+        (PartialTranscript(2150, "please"),
+         [PauseReply(1, 2150), CancelResponse(1, 2150), sc(2150, S, U), RequestPartial(),
+          SetEndOfTurnSilence(550, None)], U),
+        (PartialTranscript(2160, "please"),
+         [StartSpeculation(1, "what time is it please")], U),
+        (EndOfTurn(2700, speech_end_ms=2140), [FinalizeUtterance(), sc(2700, U, T)], T),
+        (FinalTranscript(2750, "please"),
+         [StartResponse(2, "what time is it please", 1, 2140)], T),
+    ], options)

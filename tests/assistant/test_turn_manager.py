@@ -177,6 +177,7 @@ def test_short_pause_resets_a_candidate() -> None:
         # from the pause's onset (no speculation while the assistant speaks).
         (ShortPause(2300), [RequestPartial()], S),
         # 60 < 200 since the reset; the next ask is 200 ms of speech later (380 ms).
+        (SpeechResumed(2400), [], S),
         (VoiceFrame(2400, True, 60), [], S),
         (VoiceFrame(2460, True, 60), [], S),
         (VoiceFrame(2520, True, 60), [], S),
@@ -191,7 +192,10 @@ def test_words_of_short_bursts_interrupt() -> None:
         *ASK_AND_SPEAK,
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (ShortPause(2200), [RequestPartial()], S),  # 120 ms: one short burst does not count
-        (PartialTranscript(2210, "Stop,"), [BargeIn(1, 2210), sc(2210, S, U)], U),
+        # Counted in its pause: that pause is the user's turn's own (its words asked
+        # for again, for the turn: the worker has them).
+        (PartialTranscript(2210, "Stop,"), [BargeIn(1, 2210), sc(2210, S, U),
+                                            RequestPartial()], U),
     ])
     # ... and more speech has its words asked for interim_every_ms (here 100) of speech
     # after the last ask.
@@ -200,6 +204,7 @@ def test_words_of_short_bursts_interrupt() -> None:
         (SpeechStarted(2000, voiced_ms=120), [], S),
         (ShortPause(2200), [RequestPartial()], S),  # next ask at 220 ms of speech
         (PartialTranscript(2210, "Stop, pl", word_p=0.05), [], S),  # a guess
+        (SpeechResumed(2300), [], S),
         (VoiceFrame(2300, True, 60), [], S),  # 180
         (VoiceFrame(2360, True, 60), [RequestInterim()], S),  # 240 >= 220
         (InterimTranscript(2450, "Stop, ple"), [BargeIn(1, 2450), sc(2450, S, U)], U),
