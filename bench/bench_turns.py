@@ -17,7 +17,8 @@ on the same audio (not replayed): at its VAD's stop (200 ms of silence) P(comple
 ends the turn, otherwise 3 s of silence does (pipecat's ``stop_secs``).
 
 - false cut-off: a cut sentence whose reply started inside the pause (before the user
-  went on);
+  went on); "of which joined": the user went on within ``turns.continue_within_ms`` of
+  its first audio, so the reply was withdrawn and the sentence answered whole;
 - endpoint delay: end of speech -> end of turn decided, on complete sentences, and
   apart on short complete requests ("Thanks!", "Name a big animal.").
 
@@ -104,6 +105,8 @@ class Voice:
 class Tally:
     cut_trials: int = 0
     false_cuts: int = 0
+    joined: int = 0
+    """False cut-offs whose reply was withdrawn as the user went on (the turn whole)."""
     delays: list[int] = field(default_factory=list)
     short_delays: list[int] = field(default_factory=list)
     missed_complete: int = 0
@@ -250,8 +253,12 @@ def main() -> int:
                     results: dict[str, bool] = {}
                     for mode, cfg in cfgs.items():
                         entries = replay(models, cfg, wav)
-                        results[mode] = any(isinstance(e, log.ResponseStartedEntry)
-                                            and e.t_ms < resume_ms for e in entries)
+                        early = {e.turn_id for e in entries
+                                 if isinstance(e, log.ResponseStartedEntry) and e.t_ms < resume_ms}
+                        results[mode] = bool(early)
+                        tallies[mode].joined += int(bool(early) and early <= {
+                            e.turn_id for e in entries
+                            if isinstance(e, log.ResponseWithdrawnEntry)})
                         if mode == "semantic":
                             detail = f"P {p_text(entries)}"
                     if smart:
@@ -274,12 +281,14 @@ def main() -> int:
         mean = sum(t.delays) / len(t.delays) if t.delays else 0.0
         short = t.short_delays
         rows.append([mode, f"{t.false_cuts}/{t.cut_trials} ({100 * rate:.1f}%)",
+                     f"{t.joined}" if mode != st_name else "-",
                      f"{mean:.0f} ms", f"{percentile(t.delays, 50) or 0:.0f} ms",
                      f"{percentile(t.delays, 95) or 0:.0f} ms",
                      f"{sum(short) / len(short) if short else 0:.0f} ms",
                      f"{percentile(short, 95) or 0:.0f} ms", t.missed_complete])
     report = Report()
-    report.table(["end of turn", "false cut-offs (pauses)", "endpoint delay mean",
+    report.table(["end of turn", "false cut-offs (pauses)", "of which joined",
+                  "endpoint delay mean",
                   "p50", "p95", "short requests mean", "short p95",
                   "complete turns unanswered"], rows)
     report.table(["end of turn"] + [f"false cut-offs at {p} ms" for p in pauses],
