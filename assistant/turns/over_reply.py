@@ -303,12 +303,11 @@ class OverReply:
             return  # the reply keeps the floor until the cut is decided
         if self._state is State.SPEAKING and not self._continues_turn(cand.onset_ms):
             out.append(BargeIn(turn_id=turn_id, t_ms=t_ms))
-            self._active_turn = None
-            self._active_user_text = ""
-            self._open_utterance(interrupting=True)
+            self._end_reply(reopen=False)
         else:
             # Nothing played yet, or the user went on as it began: withdraw the reply.
-            self._withdraw_reply(turn_id, t_ms, out)
+            out.append(CancelResponse(turn_id=turn_id, t_ms=t_ms))
+            self._end_reply(reopen=True)
         self._take_floor(cand, t_ms, out)
 
     def _take_floor(self, cand: Candidate, t_ms: int, out: list[TurnAction]) -> None:
@@ -326,11 +325,11 @@ class OverReply:
         return (within > 0 and self._answers_speech
                 and (started is None or onset_ms - started <= within))
 
-    def _withdraw_reply(self, turn_id: int, t_ms: int, out: list[TurnAction]) -> None:
-        """Withdraw the reply in flight and reopen the user's turn it answered: their
-        next words join it."""
-        out.append(CancelResponse(turn_id=turn_id, t_ms=t_ms))
-        reopened = self._active_user_text
+    def _end_reply(self, *, reopen: bool) -> None:
+        """The reply in flight was cut or withdrawn: a new user utterance, which took the
+        floor from it; with ``reopen`` (withdrawn) it goes on with the turn the reply
+        answered, whose words it joins."""
+        reopened = self._active_user_text if reopen else ""
         self._active_turn = None
         self._active_user_text = ""
         self._open_utterance(interrupting=True)
@@ -380,14 +379,11 @@ class OverReply:
         paused = self._paused_reply
         assert paused is not None
         self._paused_reply = None
-        if reason == "speech" and self._continues_turn(paused.onset_ms):
-            self._withdraw_reply(paused.turn_id, t_ms, out)
-        else:
-            out.append(BargeIn(turn_id=paused.turn_id, t_ms=paused.t_ms, reason=reason,
-                               paused=True))
-            self._active_turn = None
-            self._active_user_text = ""
-            self._open_utterance(interrupting=True)
+        withdraw = reason == "speech" and self._continues_turn(paused.onset_ms)
+        out.append(CancelResponse(turn_id=paused.turn_id, t_ms=t_ms) if withdraw else
+                   BargeIn(turn_id=paused.turn_id, t_ms=paused.t_ms, reason=reason,
+                           paused=True))
+        self._end_reply(reopen=withdraw)
         if speaking:
             self._set_state(State.USER_SPEAKING, t_ms, out)
         elif not paused.finalized:
