@@ -370,8 +370,7 @@ def _barge_in(p: LoopParts, action: BargeIn, cause: TurnInput) -> None:
 
 
 def _cancel_response(p: LoopParts, action: CancelResponse, cause: TurnInput) -> None:
-    stopped = p.playback.stop(action.turn_id, detected_ms=action.t_ms or p.now_ms(),
-                              now_ms=p.now_ms())
+    stopped = p.playback.stop(action.turn_id, detected_ms=action.t_ms, now_ms=p.now_ms())
     p.tts.cancel(action.turn_id)
     if stopped is not None and stopped.playback.start_pos is not None:
         # The user went on as the reply began: what they heard of it is withdrawn too.

@@ -123,7 +123,7 @@ class CancelResponse:
     """
 
     turn_id: int
-    t_ms: int = 0
+    t_ms: int
     """When the user's going on was detected."""
 
 

@@ -320,10 +320,11 @@ class OverReply:
 
     def _continues_turn(self, onset_ms: int) -> bool:
         """Whether speech over the reply that began at ``onset_ms`` goes on with the
-        user's turn (see the module docstring)."""
+        user's turn (see the module docstring); asked while speaking, so the reply's
+        audio has started."""
         started, within = self._audio_started_ms, self.options.continue_within_ms
-        return (within > 0 and self._answers_speech
-                and (started is None or onset_ms - started <= within))
+        return (within > 0 and self._answers_speech and started is not None
+                and onset_ms - started <= within)
 
     def _end_reply(self, *, reopen: bool) -> None:
         """The reply in flight was cut or withdrawn: a new user utterance, which took the

@@ -53,6 +53,15 @@ async def _speak(backend: Any, pcm: np.ndarray, step: int = 2400) -> None:
         await backend.push_audio(pcm[i : i + step])
 
 
+async def _one_turn_holds_both(backend: Any) -> None:
+    """The withdrawn reply left no trace: one user turn holds both utterances (France,
+    then Germany), and the engine's sequence is the history."""
+    context = (await backend.context_text()).splitlines()
+    assert [line.split(":")[0] for line in context] == ["system", "user", "assistant"]
+    assert "france" in context[1].lower() and "germany" in context[1].lower()
+    await backend.sequence_text()  # raises unless sequence == history
+
+
 def test_response_cancel_cuts_the_reply_to_what_was_heard(serve_runtime: Any) -> None:
     rt = serve_runtime
     manual = dataclasses.replace(rt.defaults, turn_detection=None)
@@ -111,11 +120,7 @@ def test_a_reply_the_user_talks_into_before_it_plays_is_withdrawn(serve_runtime:
             answer = await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished)
                                   and e.response_key != started.response_key)
             assert answer.status == "completed"
-            # One user turn holds both utterances: the withdrawn reply left no trace.
-            context = (await backend.context_text()).splitlines()
-            assert [line.split(":")[0] for line in context] == ["system", "user", "assistant"]
-            assert "france" in context[1].lower() and "germany" in context[1].lower()
-            await backend.sequence_text()
+            await _one_turn_holds_both(backend)
         finally:
             voice.open.set()
             await backend.aclose()
@@ -148,10 +153,7 @@ def test_a_reply_the_user_goes_on_over_as_it_begins_is_withdrawn(serve_runtime: 
             answer = await _until(backend, seen, lambda e: isinstance(e, B.ResponseFinished)
                                   and e.response_key != audio.response_key)
             assert answer.status == "completed" and not answer.withdrawn
-            context = (await backend.context_text()).splitlines()
-            assert [line.split(":")[0] for line in context] == ["system", "user", "assistant"]
-            assert "france" in context[1].lower() and "germany" in context[1].lower()
-            await backend.sequence_text()
+            await _one_turn_holds_both(backend)
         finally:
             await backend.aclose()
         rt.check_engine()
