@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 
 from audio.chunk import AudioChunk
-from audio.echo_delay import EchoDelay, EchoDelayEstimator
+from audio.echo_delay import EchoDelay, EchoDelayEstimator, holds_echo
 from audio.echo_presence import EchoPresence, PresenceOptions
 from audio.echo_reference import EchoReference
 from audio.errors import AudioError, AudioValueError
@@ -68,6 +68,9 @@ UNSETTLED_AHEAD_MS = 150
 """``aec``: until settled, how far past a mic frame the half-duplex gate looks."""
 LEAD_RANGE_MS = (-1000, 300)
 """Where alignment may move the lead (negative: the reference is fed from behind the mic)."""
+MIN_ECHO_LAG_MS, MAX_ECHO_LAG_MS = -250, 800
+"""The lags :meth:`EchoProcessor.may_be_echo` searches: those the delay search allows
+(:class:`audio.echo_delay.EchoDelayEstimator`), for devices whose reported times are off."""
 
 
 def level_dbfs(pcm: npt.NDArray[np.floating[Any]]) -> float:
@@ -292,6 +295,16 @@ class EchoProcessor:
         if self._presence is not None:
             return self._presence.heard
         return True if self.echo_delay is not None else None
+
+    def may_be_echo(self, raw: npt.NDArray[np.float32], start: int) -> bool:
+        """Whether raw mic samples from ``start`` may be the speaker's echo: yes once an
+        echo was found (it may be anywhere in them); else only if the far end, at any lag
+        the delay search allows, correlates with them (:func:`audio.echo_delay.holds_echo`).
+        What the gate muted and this denies is sound in the room: the user."""
+        if self.echo_heard is True:
+            return True
+        return holds_echo(raw, start, self.reference, MAX_ECHO_LAG_MS,
+                          min_lag_ms=MIN_ECHO_LAG_MS)
 
     def _cancel(self, chunk: AudioChunk) -> AudioChunk:
         assert self._canceller is not None

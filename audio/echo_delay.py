@@ -28,7 +28,7 @@ import numpy.typing as npt
 
 from audio.vad import frame_energy_dbfs
 
-__all__ = ["EchoDelay", "EchoDelayEstimator"]
+__all__ = ["EchoDelay", "EchoDelayEstimator", "phat", "holds_echo"]
 
 
 @dataclass(frozen=True)
@@ -117,11 +117,7 @@ class EchoDelayEstimator:
         if frame_energy_dbfs(self._mic) < self.active_floor_dbfs:
             self._previous = None
             return None
-        mic_f = np.fft.rfft(self._mic, self._fft)
-        ref_f = np.fft.rfft(ref, self._fft)
-        cross = np.conj(mic_f) * ref_f
-        cross /= np.abs(cross) + 1e-12
-        corr = np.fft.irfft(cross, self._fft)[: self._max_lag - self._min_lag + 1]
+        corr = phat(self._mic, ref, self._max_lag - self._min_lag + 1, self._fft)
         # corr[s] pairs mic[t] with ref[t + s], which is reference(t - (max_lag - s)).
         s = int(np.argmax(corr))
         strength = float(corr[s])
@@ -136,3 +132,41 @@ class EchoDelayEstimator:
                 and abs(previous.lag_ms - now.lag_ms) <= 2.0):
             return now
         return None
+
+
+def phat(mic: npt.NDArray[np.float32], ref: npt.NDArray[np.float32], lags: int,
+         fft: int = 0) -> npt.NDArray[np.float64]:
+    """GCC-PHAT of ``mic`` against ``ref`` (which starts ``lags - 1`` samples of lag
+    before the mic and covers it): element ``s`` pairs ``mic[t]`` with ``ref[t + s]``.
+    ``fft``: the transform's size (0: the next power of two over both)."""
+    n = fft or 1 << int(np.ceil(np.log2(mic.size + ref.size)))
+    cross = np.conj(np.fft.rfft(mic, n)) * np.fft.rfft(ref, n)
+    cross /= np.abs(cross) + 1e-12
+    return np.asarray(np.fft.irfft(cross, n)[:lags], np.float64)
+
+
+def holds_echo(mic: npt.NDArray[np.float32], start: int, reference: Reference,
+               max_lag_ms: int, *, min_lag_ms: int = 0, strength: float = 0.15,
+               window_ms: int = 300, active_floor_dbfs: float = -60.0) -> bool:
+    """Whether raw mic samples from ``start`` may hold the far end's echo: in any
+    ``window_ms`` of them (half a window apart; all of them if shorter) the far end played
+    within ``max_lag_ms`` before, and the GCC-PHAT peak between the two, at a lag of
+    ``min_lag_ms .. max_lag_ms``, reaches ``strength`` (:class:`EchoDelayEstimator`'s
+    least, 0.15). The user's own voice does not correlate with the reply: a sound it does
+    not explain is theirs. Each window is asked alone because a louder voice over the
+    echo whitens it away: a weak echo (-30 dB) before the user spoke, correlated together
+    with their words, peaked at 0.06; alone, far over 0.15. Chance peaks stay near 0.06."""
+    rate = reference.sample_rate
+    lo, hi = rate * min_lag_ms // 1000, rate * max_lag_ms // 1000
+    window = min(mic.size, rate * window_ms // 1000)
+    if window == 0:
+        return False
+    last = mic.size - window
+    for at in sorted({*range(0, last + 1, max(1, window // 2)), last}):
+        part = np.asarray(mic[at: at + window], np.float32)
+        ref = reference.get(start + at - hi, window + hi - lo)
+        if frame_energy_dbfs(ref) < active_floor_dbfs or frame_energy_dbfs(part) < active_floor_dbfs:
+            continue  # nothing played that could echo here, or nothing heard
+        if float(np.max(phat(part, ref, hi - lo + 1))) >= strength:
+            return True
+    return False

@@ -65,6 +65,12 @@ class UtteranceClosed:
     speech_end_sample: int
 
 
+HIDDEN_GAP_MS = 400
+"""A gap this long (a comma's pause: "Actually, [300 ms] my brother") does not end a run
+of speech the gate hid. Only playback mutes, so the run never reaches before the reply."""
+ECHO_TEST_MS = 300
+"""The least raw audio the hidden start's echo test correlates (chance peaks stay low)."""
+
 ListenerOutput = TurnInput | UtteranceOpened | UtteranceAudio | UtterancePaused | UtteranceClosed
 
 
@@ -105,6 +111,9 @@ class Listener:
         self._raw_utterance = echo is not None and echo.options.mode == "gate"
         self._raw_pending = np.zeros(0, np.float32)
         self._raw_frames: deque[tuple[int, npt.NDArray[np.float32]]] = deque(maxlen=200)
+        # Per frame: did the gate mute sound there (the raw mic loud over the room's
+        # floor)? Speech it hid just before the VAD's onset began that much earlier.
+        self._hidden: deque[tuple[int, bool]] = deque(maxlen=200)
         # At most the gate's window (its echo tail after playback stops) and 300 ms more
         # (the buffers a barge-in takes to stop playback).
         self._hold_cap = (0 if echo is None or not hold_muted_pauses else
@@ -155,6 +164,7 @@ class Listener:
                 muted = int(np.count_nonzero((frame == 0.0) & (heard != 0.0)))
                 if muted and self._hold_cap:
                     self.vad.machine.hold(muted, self._hold_cap)
+                self._hidden.append((start, 2 * muted >= n and self._loud(heard)))
             out.extend(self._frame_step(frame, start, heard))
         return out
 
@@ -195,9 +205,18 @@ class Listener:
             voiced_ms = sum(self.ms(self._frame) for s, v in self._voiced
                             if v and ev.start_sample <= s < ev.detected_sample)
             pcm = self._ungated(np.asarray(ev.pcm, np.float32), ev.audio_start_sample)
+            audio_start = ev.audio_start_sample
+            onset = self._hidden_onset(ev.start_sample, ev.detected_sample)
+            if onset is not None:  # the hidden start reaches ASR too, with its padding
+                lo = max(onset - self.options.ms_to_samples(self.options.prefix_padding_ms),
+                         self._raw_frames[0][0])
+                before = self._raw_span(lo, audio_start) if lo < audio_start else None
+                if before is not None:
+                    pcm, audio_start = np.concatenate([before, pcm]), lo
             echo_free = self.echo is not None and self.echo.echo_heard is False
-            return [UtteranceOpened(pcm, ev.audio_start_sample),
-                    SpeechStarted(t, voiced_ms=voiced_ms, echo_free=echo_free)]
+            return [UtteranceOpened(pcm, audio_start),
+                    SpeechStarted(t, voiced_ms=voiced_ms, echo_free=echo_free,
+                                  onset_ms=None if onset is None else self.ms(onset))]
         if isinstance(ev, vad_mod.PauseOnset):
             return [UtterancePaused(ev.start_sample)]
         if isinstance(ev, vad_mod.ShortPause):
@@ -209,6 +228,48 @@ class Listener:
             return [UtteranceClosed(ev.end_sample),
                     EndOfTurn(t, speech_end_ms=self.ms(ev.end_sample))]
         return []
+
+    def _loud(self, raw: npt.NDArray[np.float32]) -> bool:
+        """Whether a raw frame is over the room's floor as the VAD counts loud."""
+        opts = self.options
+        return vad_mod.frame_energy_dbfs(raw) >= max(
+            opts.energy_floor_dbfs, self.vad.noise_floor_dbfs + opts.noise_margin_db)
+
+    def _hidden_onset(self, start: int, detected: int) -> int | None:
+        """Where speech the VAD heard from ``start`` really began, if the gate muted its
+        beginning: the first frame of the run of muted loud frames (gaps of at most
+        :data:`HIDDEN_GAP_MS`) just before ``start`` -- unless that sound may be the
+        reply's echo (:meth:`audio.echo.EchoProcessor.may_be_echo`, asked on the raw mic
+        from there to ``detected``, :data:`ECHO_TEST_MS` at the least). None: nothing hidden."""
+        if not self._raw_utterance or self.echo is None or not self._raw_frames:
+            return None
+        onset, gap, max_gap = None, 0, self.rate * HIDDEN_GAP_MS // 1000
+        for frame_start, hidden in reversed(self._hidden):
+            if frame_start >= start:
+                continue
+            if hidden:
+                onset, gap = frame_start, 0
+            else:
+                gap += self._frame
+                if gap > max_gap:
+                    break
+        if onset is None:
+            return None
+        lo = max(min(onset, detected - self.rate * ECHO_TEST_MS // 1000), self._raw_frames[0][0])
+        raw = self._raw_span(lo, detected)
+        if raw is None or self.echo.may_be_echo(raw, lo):
+            return None
+        return onset
+
+    def _raw_span(self, lo: int, hi: int) -> npt.NDArray[np.float32] | None:
+        """The kept raw mic samples ``[lo, hi)``; None where they are not all kept."""
+        parts = [(s, f) for s, f in self._raw_frames if s + f.size > lo and s < hi]
+        if not parts or parts[0][0] > lo:
+            return None
+        pcm = np.concatenate([f for _, f in parts])
+        if parts[-1][0] + parts[-1][1].size - parts[0][0] != pcm.size:
+            return None  # a hole in the timeline
+        return pcm[lo - parts[0][0]: hi - parts[0][0]]
 
     def _ungated(self, pcm: npt.NDArray[np.float32], start: int) -> npt.NDArray[np.float32]:
         """``pcm`` (the VAD's view from ``start``) with the ungated mic audio where kept."""

@@ -76,6 +76,9 @@ class SpeechStarted:
     echo_free: bool = False
     """The echo gate had stood down (no echo reaches the microphone): this speech is not
     the reply's own voice, so a tentative interruption may pause the reply at once."""
+    onset_ms: int | None = None
+    """Where the speech began, when the echo gate muted its beginning and that sound was
+    found not to be the reply's echo (None: ``t_ms - voiced_ms``)."""
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,8 @@ class OverReply:
             return False
         if self._candidate is None:
             voiced = max(0, ev.voiced_ms)
-            self._candidate = Candidate(voiced_ms=voiced, onset_ms=ev.t_ms - voiced,
+            onset = ev.t_ms - voiced if ev.onset_ms is None else min(ev.onset_ms, ev.t_ms - voiced)
+            self._candidate = Candidate(voiced_ms=voiced, onset_ms=onset,
                                         heard=Span(voiced), echo_free=ev.echo_free)
             self._check_candidate(ev.t_ms, out)
         return True

@@ -67,6 +67,18 @@ def test_speech_counted_over_the_reply_s_start_withdraws_it(confirmed: int,
     assert tm.active_turn_id == 2
 
 
+@pytest.mark.parametrize(("onset", "continues"), [(2100, True), (2301, False), (None, False)])
+def test_the_onset_the_echo_gate_hid_is_where_the_speech_began(onset: int | None,
+                                                               continues: bool) -> None:
+    # The VAD heard it at 2700 (the gate muted it before): its own onset, 2500 ms, reads
+    # as 700 ms into the reply; the listener found the muted sound before was the user's.
+    cut = CancelResponse(1, 2700) if continues else BargeIn(1, 2700)
+    run_table([
+        *ASK_AND_SPEAK,
+        (SpeechStarted(2700, voiced_ms=200, onset_ms=onset), [cut, sc(2700, S, U)], U),
+    ], IMMEDIATE)
+
+
 def test_speech_begun_while_thinking_and_counted_as_the_audio_starts_continues() -> None:
     run_table([
         *ASK,
