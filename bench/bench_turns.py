@@ -84,6 +84,7 @@ MODES: dict[str, dict[str, object]] = {
     "semantic, one audio wait (1000 ms)": {"vad.end_of_turn": "semantic",
                                            "vad.smart_turn_wait_short_ms": 0},
     "semantic": {"vad.end_of_turn": "semantic"},
+    "semantic, no audio-sure cap": {"vad.end_of_turn": "semantic", "vad.smart_turn_sure_ms": 0},
 }
 HALVES = {"all": (0, 1), "tune": (0,), "held-out": (1,)}
 """``--half``: the entries' indices mod 2 it keeps (tune: the even ones, which the rules'

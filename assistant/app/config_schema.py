@@ -113,6 +113,13 @@ class VadConfig(Section):
     """Semantic mode: that least silence for a short request (`semantic_short_words`)
     scored complete (at or above `semantic_p_complete_short`): "Yes, please" heard as
     unfinished. Longer than the pause inside "Five, five". 0: `smart_turn_wait_ms`."""
+    smart_turn_sure_ms: int = Field(800, ge=0)
+    """Semantic mode: the most silence that ends a turn the audio model is sure is
+    complete (P >= `smart_turn_sure_p`) when the text score is over
+    `semantic_p_incomplete` and does not trail off: a request Whisper misheard ("Name a
+    Beginimal") is scored by what it heard. 0: no cap."""
+    smart_turn_sure_p: float = Field(0.9, ge=0.5, lt=1.0)
+    """Semantic mode: the audio model's P(complete) from which `smart_turn_sure_ms` applies."""
 
 
 class AsrConfig(Section):

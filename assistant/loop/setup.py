@@ -201,7 +201,9 @@ def end_of_turn_options(cfg: AppConfig) -> EndOfTurnOptions:
                             short_words=v.semantic_short_words,
                             p_complete_short=v.semantic_p_complete_short,
                             audio_wait_ms=v.smart_turn_wait_ms if v.smart_turn else 0,
-                            audio_wait_short_ms=v.smart_turn_wait_short_ms)
+                            audio_wait_short_ms=v.smart_turn_wait_short_ms,
+                            audio_sure_ms=v.smart_turn_sure_ms,
+                            audio_sure_p=v.smart_turn_sure_p)
 
 
 def echo_options(cfg: AppConfig) -> EchoOptions:

@@ -45,6 +45,18 @@ of 96 pauses, the audio model alone (pipecat's rule) 45, the two together 3. The
 ``audio_wait_ms`` (on the set's synthetic voices, 8 of 32; on the bundled human recording
 it called every pause inside a turn unfinished and every turn's end finished).
 
+The audio model also caps a long wait, where it is sure (P >= ``audio_sure_p``, 0.9)
+that the turn is complete: at most ``audio_sure_ms`` (800). The text model scores what
+Whisper heard, and a misheard short request reads as a cut one ("Name a big animal" as
+"Name a Beginimal", P 0.005: 1360 ms; "Tell me a joke" as "Tell me that Joe": 1300 ms).
+Not for a score at or under ``p_incomplete`` or a transcript that trails off. Its cost on
+bench/bench_turns.py's set: one more cut-off on the tune half ("Turn the" heard as "turn
+the light", 0.009, the audio model 0.966, cut at its 900 ms pause), which the user's going
+on repairs (``turns.continue_within_ms``): the reply, begun 100 ms before, is withdrawn
+and the sentence answered whole. Short requests' mean / p95 wait: 546 / 1420 -> 499 /
+1150 ms (tune), 449 / 1245 -> 417 / 978 ms (held out); cut-offs not repaired unchanged
+(1 and 3 of 72 -> 1 and 2). A 600 ms cap gained 16-19 ms more and was not taken.
+
 Before the score is known (or when there is none: nothing transcribed, speculation
 off) the ``fallback_ms`` rule applies.
 """
@@ -61,6 +73,9 @@ __all__ = ["EndOfTurnOptions", "EndOfTurnMode", "endpoint_silence_ms", "is_end_o
            "scoring_text", "trails_off", "EAGERNESS"]
 
 EndOfTurnMode = Literal["fixed", "semantic"]
+
+AUDIO_COMPLETE_P = 0.5
+"""The audio model's P(complete) below which it calls the turn unfinished."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +106,12 @@ class EndOfTurnOptions:
     p_complete_short: float = 0.03
     """``p_complete`` for a short request: the model is least sure that a short request
     is complete ("Thanks" 0.03, "Two plus two" 0.018)."""
+    audio_sure_ms: int = 0
+    """The most silence a turn waits when the audio model is sure it is complete (P at or
+    above ``audio_sure_p``), the text score is over ``p_incomplete`` and the transcript
+    does not trail off; 0: no such cap."""
+    audio_sure_p: float = 0.9
+    """The audio model's P(complete) from which ``audio_sure_ms`` caps the wait."""
 
     def __post_init__(self) -> None:
         if self.mode not in ("fixed", "semantic"):
@@ -112,6 +133,10 @@ class EndOfTurnOptions:
             raise ValueError(f"short_words must be >= 0, got {self.short_words}")
         if not 0.0 < self.p_complete_short < 1.0:
             raise ValueError(f"need 0 < p_complete_short ({self.p_complete_short}) < 1")
+        if self.audio_sure_ms < 0:
+            raise ValueError(f"audio_sure_ms must be >= 0, got {self.audio_sure_ms}")
+        if not AUDIO_COMPLETE_P <= self.audio_sure_p < 1.0:
+            raise ValueError(f"need {AUDIO_COMPLETE_P} <= audio_sure_p ({self.audio_sure_p}) < 1")
 
     def p_complete_for(self, text: str) -> float:
         """The ``p_complete`` that applies to ``text``: ``p_complete_short`` for a short
@@ -168,14 +193,14 @@ def endpoint_silence_ms(p_end: float | None, options: EndOfTurnOptions, text: st
     if o.mode == "fixed":
         return o.fallback_ms
     silence = _text_silence_ms(p_end, o, text)
-    if o.uses_audio and p_audio is not None and not math.isnan(p_audio) \
-            and p_audio < AUDIO_COMPLETE_P:
-        silence = max(silence, o.audio_wait_for(text, p_end))
+    if not o.uses_audio or p_audio is None or math.isnan(p_audio):
+        return silence
+    if p_audio < AUDIO_COMPLETE_P:
+        return max(silence, o.audio_wait_for(text, p_end))
+    if (o.audio_sure_ms and p_audio >= o.audio_sure_p and p_end is not None
+            and p_end > o.p_incomplete and not trails_off(text)):
+        return min(silence, o.audio_sure_ms)
     return silence
-
-
-AUDIO_COMPLETE_P = 0.5
-"""The audio model's P(complete) below which it calls the turn unfinished."""
 
 
 def _text_silence_ms(p_end: float | None, o: EndOfTurnOptions, text: str) -> int:

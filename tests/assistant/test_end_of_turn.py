@@ -414,3 +414,29 @@ def test_the_configured_short_audio_wait_reaches_the_rule_and_scales_with_eagern
     high = end_of_turn(TurnOptions(speculate=True, end_of_turn=o),
                        B.TurnDetectionSettings(type="semantic_vad", eagerness="high"))
     assert (high.audio_wait_ms, high.audio_wait_short_ms) == (500, 350)
+    # The audio model's cap too: 800 ms configured, 400 at high eagerness.
+    assert (o.audio_sure_ms, o.audio_sure_p, high.audio_sure_ms) == (800, 0.9, 400)
+
+
+def test_the_audio_model_sure_of_the_end_caps_the_wait_on_a_misheard_request() -> None:
+    """Issue #47: Whisper heard "Name a big animal" as "Name a Beginimal" (text 0.005,
+    audio 0.908): the text score of words nobody said held the turn 1360 ms. With
+    audio_sure_ms the audio model, sure the turn is complete, caps the wait -- but not
+    for a text score at or under p_incomplete, a transcript that trails off, an audio
+    P under audio_sure_p, or with no audio model."""
+    o = EndOfTurnOptions(mode="semantic", audio_wait_ms=1000, audio_sure_ms=800)
+    misheard = endpoint_silence_ms(0.005, o, "Name a Beginimal.", p_audio=0.908)
+    assert misheard == 800
+    assert endpoint_silence_ms(0.005, dataclasses.replace(o, audio_sure_ms=0),
+                               "Name a Beginimal.", p_audio=0.908) > 1300
+    assert endpoint_silence_ms(0.005, o, "Name a Beginimal.", p_audio=0.89) > 1300
+    assert endpoint_silence_ms(0.002, o, "I was wondering how", p_audio=0.95) == o.max_silence_ms
+    assert endpoint_silence_ms(0.005, o, "What I want is...", p_audio=0.95) == o.max_silence_ms
+    assert endpoint_silence_ms(0.5, o, "Tell me a joke.", p_audio=0.95) == o.min_silence_ms
+    assert endpoint_silence_ms(None, o, "Tell me a joke.", p_audio=0.95) == o.fallback_ms
+    no_audio = dataclasses.replace(o, audio_wait_ms=0)
+    assert endpoint_silence_ms(0.005, no_audio, "Name a Beginimal.", p_audio=0.95) > 1300
+    with pytest.raises(ValueError, match="audio_sure_ms"):
+        EndOfTurnOptions(audio_sure_ms=-1)
+    with pytest.raises(ValueError, match="audio_sure_p"):
+        EndOfTurnOptions(audio_sure_p=0.4)

@@ -51,7 +51,8 @@ def end_of_turn(base: TurnOptions, td: B.TurnDetectionSettings) -> EndOfTurnOpti
     return dataclasses.replace(configured, mode="semantic", fallback_ms=td.silence_duration_ms,
                                min_silence_ms=low, max_silence_ms=high,
                                audio_wait_ms=round(configured.audio_wait_ms * scale),
-                               audio_wait_short_ms=round(configured.audio_wait_short_ms * scale))
+                               audio_wait_short_ms=round(configured.audio_wait_short_ms * scale),
+                               audio_sure_ms=round(configured.audio_sure_ms * scale))
 
 
 def vad_options(base: Any, td: B.TurnDetectionSettings, turns: TurnOptions) -> Any:
