@@ -33,7 +33,8 @@ was speech over the reply); the manager applies its own rules to what is left.
   counts (or its pause's cut is committed), the reply is withdrawn as if nothing had
   played (:class:`CancelResponse`) and the user's turn reopened, as while thinking. A
   reply to a text turn (a tool's result, say) has no such turn to go on with.
-- A turn that took the floor from the reply ends by the fixed silence at the least.
+- A turn that took the floor from the reply ends by the fixed silence at the least; a
+  reopened one ends by its scores, as the turn it goes on with did.
 """
 
 from __future__ import annotations
@@ -329,12 +330,13 @@ class OverReply:
 
     def _end_reply(self, *, reopen: bool) -> None:
         """The reply in flight was cut or withdrawn: a new user utterance, which took the
-        floor from it; with ``reopen`` (withdrawn) it goes on with the turn the reply
-        answered, whose words it joins."""
+        floor from it (and ends by the fixed silence at the least); with ``reopen``
+        (withdrawn) it goes on with the turn the reply answered, whose words it joins,
+        and ends as that turn would have: by its scores."""
         reopened = self._active_user_text if reopen else ""
         self._active_turn = None
         self._active_user_text = ""
-        self._open_utterance(interrupting=True)
+        self._open_utterance(interrupting=not reopen)
         self._prefix = reopened
 
     def _pause_after_ms(self, cand: Candidate) -> int:
