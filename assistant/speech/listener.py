@@ -114,6 +114,7 @@ class Listener:
         # Per frame: did the gate mute sound there (the raw mic loud over the room's
         # floor)? Speech it hid just before the VAD's onset began that much earlier.
         self._hidden: deque[tuple[int, bool]] = deque(maxlen=200)
+        self._closed_at = 0  # where the last utterance's speech ended: no run reaches back over it
         # At most the gate's window (its echo tail after playback stops) and 300 ms more
         # (the buffers a barge-in takes to stop playback).
         self._hold_cap = (0 if echo is None or not hold_muted_pauses else
@@ -225,6 +226,7 @@ class Listener:
         if isinstance(ev, vad_mod.SpeechResumed):
             return [SpeechResumed(t)]
         if isinstance(ev, vad_mod.SpeechStopped):
+            self._closed_at = ev.end_sample
             return [UtteranceClosed(ev.end_sample),
                     EndOfTurn(t, speech_end_ms=self.ms(ev.end_sample))]
         return []
@@ -238,7 +240,8 @@ class Listener:
     def _hidden_onset(self, start: int, detected: int) -> int | None:
         """Where speech the VAD heard from ``start`` really began, if the gate muted its
         beginning: the first frame of the run of muted loud frames (gaps of at most
-        :data:`HIDDEN_GAP_MS`) just before ``start`` -- unless that sound may be the
+        :data:`HIDDEN_GAP_MS`, none before the last utterance's end) just before
+        ``start`` -- unless that sound may be the
         reply's echo (:meth:`audio.echo.EchoProcessor.may_be_echo`, asked on the raw mic
         from there to ``detected``, :data:`ECHO_TEST_MS` at the least). None: nothing hidden."""
         if not self._raw_utterance or self.echo is None or not self._raw_frames:
@@ -247,6 +250,8 @@ class Listener:
         for frame_start, hidden in reversed(self._hidden):
             if frame_start >= start:
                 continue
+            if frame_start < self._closed_at:
+                break
             if hidden:
                 onset, gap = frame_start, 0
             else:
