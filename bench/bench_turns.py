@@ -1,6 +1,7 @@
 """The end-of-turn test set: false cut-offs at mid-sentence pauses and endpoint delay on
 complete turns, for the fixed silence rule (550 ms, 300 ms), the semantic rule with and
-without the audio model (``vad.smart_turn``), and pipecat's Smart Turn rule alone.
+without the audio model (``vad.smart_turn``) and without its cap on a wait it is sure
+should end (``vad.smart_turn_sure_ms``), and pipecat's Smart Turn rule alone.
 
 Not a test: prints tables. Each sentence is spoken whole (a complete turn) and cut at a
 natural mid-sentence point with a pause of 300-900 ms (an incomplete turn), by several
