@@ -54,8 +54,8 @@ bench/bench_turns.py's set: one more cut-off on the tune half ("Turn the" heard 
 the light", 0.009, the audio model 0.966, cut at its 900 ms pause), which the user's going
 on repairs (``turns.continue_within_ms``): the reply, begun 100 ms before, is withdrawn
 and the sentence answered whole. Short requests' mean / p95 wait: 546 / 1420 -> 499 /
-1150 ms (tune), 449 / 1245 -> 417 / 978 ms (held out); cut-offs not repaired unchanged
-(1 and 3 of 72 -> 1 and 2). A 600 ms cap gained 16-19 ms more and was not taken.
+1150 ms (tune), 439 / 1245 -> 408 / 890 ms (held out); cut-offs not repaired unchanged
+(1 and 3 of 72). A 600 ms cap gained 16-19 ms more and was not taken.
 
 Before the score is known (or when there is none: nothing transcribed, speculation
 off) the ``fallback_ms`` rule applies.
