@@ -69,7 +69,7 @@ HIDDEN_GAP_MS = 400
 """A gap this long (a comma's pause: "Actually, [300 ms] my brother") does not end a run
 of speech the gate hid. Only playback mutes, so the run never reaches before the reply."""
 ECHO_TEST_MS = 300
-"""The least raw audio the hidden start's echo test correlates (chance peaks stay low)."""
+"""The least raw audio the hidden start's echo test correlates (shorter, chance peaks rise toward the 0.15 bar)."""
 
 ListenerOutput = TurnInput | UtteranceOpened | UtteranceAudio | UtterancePaused | UtteranceClosed
 
