@@ -165,7 +165,7 @@ class Listener:
                 muted = int(np.count_nonzero((frame == 0.0) & (heard != 0.0)))
                 if muted and self._hold_cap:
                     self.vad.machine.hold(muted, self._hold_cap)
-                self._hidden.append((start, 2 * muted >= n and self._loud(heard)))
+                self._hidden.append((start, 2 * muted >= n and self._loud(vad_mod.frame_energy_dbfs(heard))))
             out.extend(self._frame_step(frame, start, heard))
         return out
 
@@ -186,11 +186,9 @@ class Listener:
         was_open = self.vad.in_speech
         events = self.vad.process(AudioChunk(frame, self.rate, start))
         self.frames += 1
-        opts = self.options
         feats = vad_mod.frame_features(frame, self.rate)
-        loud = feats.energy_dbfs >= max(opts.energy_floor_dbfs,
-                                        self.vad.noise_floor_dbfs + opts.noise_margin_db)
-        voiced = self._classifier.last and loud and feats.flatness <= opts.max_flatness
+        voiced = (self._classifier.last and self._loud(feats.energy_dbfs)
+                  and feats.flatness <= self.options.max_flatness)
         self._voiced.append((start, voiced))
         # The frame first: a SpeechStarted below already counts it in its voiced_ms.
         out: list[ListenerOutput] = [VoiceFrame(self.ms(start), voiced, self.ms(self._frame))]
@@ -231,11 +229,11 @@ class Listener:
                     EndOfTurn(t, speech_end_ms=self.ms(ev.end_sample))]
         return []
 
-    def _loud(self, raw: npt.NDArray[np.float32]) -> bool:
-        """Whether a raw frame is over the room's floor as the VAD counts loud."""
+    def _loud(self, level_dbfs: float) -> bool:
+        """Whether a frame at ``level_dbfs`` is over the room's floor as the VAD counts loud."""
         opts = self.options
-        return vad_mod.frame_energy_dbfs(raw) >= max(
-            opts.energy_floor_dbfs, self.vad.noise_floor_dbfs + opts.noise_margin_db)
+        return level_dbfs >= max(opts.energy_floor_dbfs,
+                                 self.vad.noise_floor_dbfs + opts.noise_margin_db)
 
     def _hidden_onset(self, start: int, detected: int) -> int | None:
         """Where speech the VAD heard from ``start`` really began, if the gate muted its
