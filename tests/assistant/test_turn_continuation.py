@@ -166,44 +166,40 @@ def test_negative_window_is_refused() -> None:
         TurnOptions(continue_within_ms=-1)
 
 
+SEMANTIC_TENTATIVE = TurnOptions(
+    barge_in_min_ms=200, continue_within_ms=500, end_of_turn=EndOfTurnOptions(mode="semantic"),
+    interruption=InterruptionOptions(mode="tentative", interim_every_ms=0))
+PLEASE_IN_ITS_PAUSE = [
+    # "please", under barge_in_min_ms of voice, counts by its pause's words: the reply
+    # is withdrawn, the turn reopened, and that pause is the turn's (speculated on).
+    *ASK_AND_SPEAK,
+    (SpeechStarted(1940, voiced_ms=120), [], S),
+    (ShortPause(2140), [RequestPartial()], S),
+    (PartialTranscript(2150, "please"),
+     [PauseReply(1, 2150), CancelResponse(1, 2150), sc(2150, S, U), RequestPartial(),
+      SetEndOfTurnSilence(550, None)], U),
+    (PartialTranscript(2160, "please"), [StartSpeculation(1, "what time is it please")], U),
+]
+
+
 def test_going_on_counted_by_its_pause_s_words_times_the_turn_s_end_from_that_pause() -> None:
     # The bench's case: "please" (under barge_in_min_ms of voice in noise) counts by the
     # words of its pause's transcript. The reply is withdrawn and that pause is the
     # user's turn's own: its words (joined) are speculated on and its end is timed --
     # before, nothing timed it and the VAD's longest limit (2 s) ended the turn.
-    options = TurnOptions(barge_in_min_ms=200, continue_within_ms=500,
-                          end_of_turn=EndOfTurnOptions(mode="semantic"),
-                          interruption=InterruptionOptions(mode="tentative", interim_every_ms=0))
     run_table([
-        *ASK_AND_SPEAK,
-        (SpeechStarted(1940, voiced_ms=120), [], S),
-        (ShortPause(2140), [RequestPartial()], S),
-        (PartialTranscript(2150, "please"),
-         [PauseReply(1, 2150), CancelResponse(1, 2150), sc(2150, S, U), RequestPartial(),
-          SetEndOfTurnSilence(550, None)], U),
-        (PartialTranscript(2160, "please"),
-         [StartSpeculation(1, "what time is it please")], U),
+        *PLEASE_IN_ITS_PAUSE,
         (EndOfTurn(2700, speech_end_ms=2140), [FinalizeUtterance(), sc(2700, U, T)], T),
         (FinalTranscript(2750, "please"),
          [StartResponse(2, "what time is it please", 1, 2140)], T),
-    ], options)
+    ], SEMANTIC_TENTATIVE)
 
 
 def test_a_joined_turn_ends_by_its_scores_not_the_floor_hold() -> None:
     # A turn that took the floor by a barge-in ends by the fixed silence at the least
     # ("Wait," is seldom all); a joined one goes on with a turn that ended by its scores,
     # and ends so again: "Yes. Please" scored complete waits 250 ms, not 550.
-    options = TurnOptions(barge_in_min_ms=200, continue_within_ms=500,
-                          end_of_turn=EndOfTurnOptions(mode="semantic"),
-                          interruption=InterruptionOptions(mode="tentative", interim_every_ms=0))
     run_table([
-        *ASK_AND_SPEAK,
-        (SpeechStarted(1940, voiced_ms=120), [], S),
-        (ShortPause(2140), [RequestPartial()], S),
-        (PartialTranscript(2150, "please"),
-         [PauseReply(1, 2150), CancelResponse(1, 2150), sc(2150, S, U), RequestPartial(),
-          SetEndOfTurnSilence(550, None)], U),
-        (PartialTranscript(2160, "please"),
-         [StartSpeculation(1, "what time is it please")], U),
+        *PLEASE_IN_ITS_PAUSE,
         (TurnCompleteness(2200, 1, 0.4), [SetEndOfTurnSilence(250, 0.4)], U),
-    ], options)
+    ], SEMANTIC_TENTATIVE)
