@@ -49,13 +49,11 @@ The audio model also caps a long wait, where it is sure (P >= ``audio_sure_p``, 
 that the turn is complete: at most ``audio_sure_ms`` (800). The text model scores what
 Whisper heard, and a misheard short request reads as a cut one ("Name a big animal" as
 "Name a Beginimal", P 0.005: 1360 ms; "Tell me a joke" as "Tell me that Joe": 1300 ms).
-Not for a score at or under ``p_incomplete`` or a transcript that trails off. Its cost on
-bench/bench_turns.py's set: one more cut-off on the tune half ("Turn the" heard as "turn
-the light", 0.009, the audio model 0.966, cut at its 900 ms pause), which the user's going
-on repairs (``turns.continue_within_ms``): the reply, begun 100 ms before, is withdrawn
-and the sentence answered whole. Short requests' mean / p95 wait: 546 / 1420 -> 499 /
-1150 ms (tune), 439 / 1245 -> 408 / 890 ms (held out); cut-offs not repaired unchanged
-(1 and 3 of 72). A 600 ms cap gained 16-19 ms more and was not taken.
+Not for a score at or under ``p_incomplete`` or a transcript that trails off. The text
+score cannot tell a misheard request from a sentence cut by a pause ("Turn the" heard as
+"turn the light"), so the cap cuts some of those off; the user's going on repairs them
+(``turns.continue_within_ms``: the reply is withdrawn and the sentence answered whole).
+What it gains and costs on bench/bench_turns.py's set: docs/benchmarks.md, "End of turn".
 
 Before the score is known (or when there is none: nothing transcribed, speculation
 off) the ``fallback_ms`` rule applies.
