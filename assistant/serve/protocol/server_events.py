@@ -12,7 +12,7 @@ of a truncate counts from the start of that item's audio.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
@@ -410,33 +410,5 @@ ServerEvent = Annotated[
     Field(discriminator="type"),
 ]
 
-SERVER_EVENT_TYPES: tuple[type, ...] = (
-    Error,
-    SessionCreated,
-    SessionUpdated,
-    SpeechStarted,
-    SpeechStopped,
-    InputAudioBufferCommitted,
-    InputAudioBufferCleared,
-    ConversationItemAdded,
-    ConversationItemDone,
-    ConversationItemRetrieved,
-    ConversationItemDeleted,
-    ConversationItemTruncated,
-    TranscriptionDelta,
-    TranscriptionCompleted,
-    ResponseCreated,
-    ResponseDone,
-    OutputItemAdded,
-    OutputItemDone,
-    ContentPartAdded,
-    ContentPartDone,
-    OutputAudioDelta,
-    OutputAudioDone,
-    OutputAudioTranscriptDelta,
-    OutputAudioTranscriptDone,
-    OutputTextDelta,
-    OutputTextDone,
-    FunctionCallArgumentsDelta,
-    FunctionCallArgumentsDone,
-)
+SERVER_EVENT_TYPES: tuple[type, ...] = get_args(get_args(ServerEvent)[0])
+"""Every server event class, in `ServerEvent`'s order."""
