@@ -260,8 +260,8 @@ def interruption_bench(models: LoopModels, realtime: bool,
                   "its answer: voice-to-voice p50/p95", "resume gap p50/p95",
                   "sequence == history"], rows)
     report.line()
-    report.table(["case (STOP: cut final this long after the sound began; resumed: "
-                  "the gap heard)", *results,
+    report.table(["case (STOP: cut final this long after the sound began, answered: "
+                  "its answer's voice-to-voice; resumed: the gap heard)", *results,
                   "heard (tentative)"], [
         [c.label] + [_case_cell(r) for r in (results[m][i][1] for m in results)]
         + [repr(r.heard)] for i, (c, r) in enumerate(results["tentative"])])
@@ -270,7 +270,8 @@ def interruption_bench(models: LoopModels, realtime: bool,
 
 def _case_cell(r: CaseResult) -> str:
     if r.stopped:
-        return "STOP" if r.commit_ms is None else f"STOP {r.commit_ms} ms"
+        cell = "STOP" if r.commit_ms is None else f"STOP {r.commit_ms} ms"
+        return cell if r.reply_ms is None else f"{cell}, answered {r.reply_ms} ms"
     if r.paused:
         return "paused, resumed" if r.gap_ms is None else f"resumed after {r.gap_ms} ms"
     return "-"

@@ -140,7 +140,7 @@ class EndOfTurnOptions:
         """The ``p_complete`` that applies to ``text``: ``p_complete_short`` for a short
         request (never above ``p_complete``, and only while above ``p_incomplete``);
         ``p_complete`` when the text is not known ("")."""
-        if self._is_short(text) and self.p_incomplete < self.p_complete_short:
+        if self.is_short(text) and self.p_incomplete < self.p_complete_short:
             return min(self.p_complete_short, self.p_complete)
         return self.p_complete
 
@@ -148,12 +148,13 @@ class EndOfTurnOptions:
         """The least silence when the audio model calls ``text`` unfinished: shorter
         (``audio_wait_short_ms``) for a short request scored at or above its bar that
         does not trail off."""
-        sure = (self.audio_wait_short_ms > 0 and self._is_short(text) and p_end is not None
+        sure = (self.audio_wait_short_ms > 0 and self.is_short(text) and p_end is not None
                 and not math.isnan(p_end) and not trails_off(text)
                 and p_end >= self.p_complete_for(text))
         return min(self.audio_wait_short_ms, self.audio_wait_ms) if sure else self.audio_wait_ms
 
-    def _is_short(self, text: str) -> bool:
+    def is_short(self, text: str) -> bool:
+        """Whether `text` is a short request: 1 to ``short_words`` words."""
         return 0 < len(scoring_text(text).split()) <= self.short_words
 
     @property

@@ -66,9 +66,11 @@ class PauseEvidence:
             self._set_silence(self._score, out)  # (fixed: its own silence)
 
     def hold_at_least(self, silence_ms: int) -> None:
-        """This turn ends after ``silence_ms`` of silence at the least, whatever the
-        scores say (a turn that began by interrupting the reply: "Wait," is seldom all
-        the user has to say). Until :meth:`forget`."""
+        """This turn ends after ``silence_ms`` of silence at the least while its words are
+        not known or are a short request (`EndOfTurnOptions.is_short`), whatever the
+        scores say: a turn that began by interrupting the reply with "Wait," or "Hold on."
+        seldom stops there. A longer one ("Actually, what about dogs?") is a request of
+        its own, and its scores end it. Until :meth:`forget`."""
         self._least_ms = silence_ms
 
     def enter_pause(self, out: list[TurnAction]) -> None:
@@ -172,4 +174,6 @@ class PauseEvidence:
 
     def _set_silence(self, p_end: float | None, out: list[TurnAction]) -> None:
         silence = endpoint_silence_ms(p_end, self._options, self.text, self._audio_p)
-        out.append(SetEndOfTurnSilence(max(silence, self._least_ms), p_end, self._audio_p))
+        if not self.text or self._options.is_short(self.text):
+            silence = max(silence, self._least_ms)
+        out.append(SetEndOfTurnSilence(silence, p_end, self._audio_p))

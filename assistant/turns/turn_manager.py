@@ -297,7 +297,8 @@ class TurnManager(OverReply):
 
     def _open_utterance(self, *, keep_prefix: bool = False, interrupting: bool = False) -> None:
         """A new user utterance; ``interrupting``: it took the floor from the reply, and
-        ends by the fixed silence at the least (the semantic rule may wait longer)."""
+        ends by the fixed silence at the least while its words are a short request
+        (`PauseEvidence.hold_at_least`; the semantic rule may wait longer)."""
         self._paused = False
         self._evidence.forget()
         if interrupting:

@@ -356,6 +356,34 @@ def test_a_turn_that_interrupted_the_reply_ends_by_the_fixed_silence_at_the_leas
     assert tm.handle(TurnCompleteness(6030, 2, 0.9)) == [SetEndOfTurnSilence(250, 0.9)]
 
 
+def test_an_interrupting_turn_of_more_than_a_few_words_ends_by_its_scores() -> None:
+    """The floor hold is for "Wait," and "Hold on.": a request of its own over the reply
+    ("Actually, tell me about dogs.") is answered as soon as any other, and a "Wait." the
+    user goes on from is held no longer once its words are more than a short request."""
+    def barged_in() -> TurnManager:
+        tm = TurnManager(TurnOptions(end_of_turn=SEM, interruption=InterruptionOptions(
+            mode="immediate")))
+        tm.handle(SpeechStarted(0))
+        tm.handle(EndOfTurn(1000, speech_end_ms=700))
+        tm.handle(FinalTranscript(1010, "tell me a story"))
+        tm.handle(AudioStarted(1100, 1))
+        tm.handle(SpeechStarted(2000, voiced_ms=200))  # the barge-in
+        tm.handle(ShortPause(2400))
+        return tm
+
+    tm = barged_in()
+    tm.handle(PartialTranscript(2410, "Actually, tell me about dogs."))
+    assert tm.handle(TurnCompleteness(2430, 1, 0.9)) == [SetEndOfTurnSilence(250, 0.9)]
+
+    tm = barged_in()
+    tm.handle(PartialTranscript(2410, "Wait."))
+    assert tm.handle(TurnCompleteness(2430, 1, 0.9)) == [SetEndOfTurnSilence(550, 0.9)]
+    tm.handle(SpeechResumed(2500))
+    tm.handle(ShortPause(3400))
+    tm.handle(PartialTranscript(3410, "Wait. Tell me about cats instead."))
+    assert tm.handle(TurnCompleteness(3430, 2, 0.9)) == [SetEndOfTurnSilence(250, 0.9)]
+
+
 def test_a_short_request_is_held_to_a_lower_bar_a_long_sentence_is_not() -> None:
     """Issue #47: short complete requests scored 0.02-0.1 and waited ~0.5-0.9 s."""
     o = EndOfTurnOptions(mode="semantic")
