@@ -66,3 +66,27 @@ def test_real_words_over_the_paused_reply_commit_the_cut(loop_models: LoopModels
     assert len(users) == 2 and "cats" in str(users[1]).lower()
     m = run.outcome.result.metrics
     assert m.sequence_matches_history and m.history_text_matches
+
+
+@pytest.mark.parametrize(("said", "held"), [("Actually, what is the capital of Spain?", False),
+                                            ("Hold on.", True)])
+def test_an_interruption_is_held_to_the_fixed_silence_only_while_it_is_short(
+        loop_models: LoopModels, tmp_path: Path, said: str, held: bool) -> None:
+    # "Hold on." over the reply seldom is all the user has to say: its turn ends by the
+    # fixed silence at the least. A question of its own ends by its scores, as any turn.
+    cfg = make_config()
+    gap = reply_start_gap(cfg.vad.end_of_turn_ms, 1200)
+    run = run_scenario(loop_models, [Say(STORY), Say(said, gap_ms=gap)], tmp_path, cfg=cfg)
+    assert len(run.of("barge_in")) == 1
+    stops = [e for e in run.of("speech_stopped")
+             if isinstance(e, log.SpeechStoppedEntry) and not e.discarded]
+    assert len(stops) == 2
+    waited = stops[1].t_ms - stops[1].speech_end_ms
+    if held:
+        assert waited >= cfg.vad.end_of_turn_ms
+    else:
+        assert waited < cfg.vad.end_of_turn_ms
+    users = [t["text"] for t in run.turns if t["role"] == "user"]
+    assert len(users) == 2
+    m = run.outcome.result.metrics
+    assert m.sequence_matches_history and m.history_text_matches
