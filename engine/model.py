@@ -34,6 +34,7 @@ from engine.model_weights import LayerWeights, ModelWeights
 from engine.quantize import Fp16PackedLinear
 from engine.rope import apply_rope
 from engine.scripted_step import ScriptedLayers
+from engine.split_attention import attend, split_half, split_mask
 
 __all__ = ["PrefillPart", "decode_one_token", "prefill"]
 
@@ -101,11 +102,15 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
     cos, sin = w.rope.lookup(positions, span)  # [B, 1, head_dim]
     step = StepKV(kv, read_pages, span, write_slots, positions, per_layer=static)
     attn_mask = None if mask is None else _additive(mask[:, None, None, :], dtype)
+    half = split_half(batch, kv_heads, span, torch.get_num_threads(), device=x.device,
+                      masked=mask is not None)
+    if half:
+        attn_mask = split_mask(span, half, dtype, x.device)
     eps, scale = w.eps, dim ** -0.5
     views = step.layer_views() if scripted is not None and scripted.covers(batch) else None
     if scripted is not None and views is not None:
         x = scripted.run(x, cos, sin, views, attn_mask, eps, heads=heads, kv_heads=kv_heads,
-                         dim=dim, groups=groups)
+                         dim=dim, groups=groups, half=half)
         step.finish()
         return _logits(cfg, w, x)
     act = w.activation_dtype(batch)
@@ -118,9 +123,8 @@ def decode_one_token(cfg: ModelConfig, w: ModelWeights, kv: KVStorage,
             qk, v = qk.to(dtype), v.to(dtype)
         keys, values = step.write_read(index, qk[:, heads:], v)
         # [B, H, D] -> [B, KV, groups, D]: query head h uses K/V head h // groups.
-        out = F.scaled_dot_product_attention(qk[:, :heads].view(batch, kv_heads, groups, dim),
-                                             keys, values, attn_mask=attn_mask, scale=scale)
-        out = out.reshape(batch, heads * dim)
+        out = attend(qk[:, :heads].view(batch, kv_heads, groups, dim), keys, values,
+                     attn_mask, scale, half).reshape(batch, heads * dim)
         x = x + layer.o(out.to(act) if cast else out)
         x = x + _mlp(layer, _rms_norm(x, layer.mlp_norm, eps, act))
     step.finish()

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from engine.quantize import Int4Linear, Int8Linear, float16_gemm
+from engine.split_attention import attend
 from engine.weight_formats import DENSE_ROWS
 
 __all__ = ["ScriptedLayers"]
@@ -87,13 +88,14 @@ class ScriptedLayers:
             views: tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor,
                          list[torch.Tensor], list[torch.Tensor]],
             attn_mask: torch.Tensor | None, eps: torch.Tensor, *, heads: int, kv_heads: int,
-            dim: int, groups: int) -> torch.Tensor:
+            dim: int, groups: int, half: int = 0) -> torch.Tensor:
         """The residual stream after the last layer; `views` from `StepKV.layer_views`. A
-        step `covers` said yes to."""
+        step `covers` said yes to; `half` as `engine.split_attention.attend` takes it."""
         module = self._module if x.shape[0] < self._rows else self._many
         assert module is not None
         result: torch.Tensor = module.forward(
-            x, cos, sin, *views, attn_mask, eps, heads, kv_heads, dim, groups, dim ** -0.5)
+            x, cos, sin, *views, attn_mask, eps, heads, kv_heads, dim, groups, dim ** -0.5,
+            half)
         return result
 
 
@@ -181,7 +183,7 @@ class _Int4Layers(torch.nn.Module):
                 k_dst: list[torch.Tensor], v_dst: list[torch.Tensor], slots: torch.Tensor,
                 k_read: list[torch.Tensor], v_read: list[torch.Tensor],
                 attn_mask: torch.Tensor | None, eps: torch.Tensor, heads: int, kv_heads: int,
-                dim: int, groups: int, scale: float) -> torch.Tensor:
+                dim: int, groups: int, scale: float, half: int) -> torch.Tensor:
         # The same calls, in the same order, as the Python loop in
         # engine.model.decode_one_token (with _rms_norm, engine.rope.apply_rope, StepKV.write_read,
         # _mlp and Int4Linear.__call__ inlined), so the logits are bitwise the same.
@@ -193,7 +195,7 @@ class _Int4Layers(torch.nn.Module):
             qkv = _linear(h, self.qkv_w[i], self.qkv_sz[i], self.qkv_b[i], group).view(
                 batch, -1, dim)
             out = _attend(qkv, cos, sin, k_dst[i], v_dst[i], slots, k_read[i], v_read[i],
-                          attn_mask, heads, kv_heads, dim, groups, scale)
+                          attn_mask, heads, kv_heads, dim, groups, scale, half)
             x = x + _linear(out, self.o_w[i], self.o_sz[i], self.o_b[i], group)
             gate_up = _linear(_rms(x, self.mlp_norm[i], eps, dtype), self.gate_up_w[i],
                               self.gate_up_sz[i], self.gate_up_b[i], group)
@@ -232,7 +234,7 @@ class _Fp16Layers(torch.nn.Module):
                 k_dst: list[torch.Tensor], v_dst: list[torch.Tensor], slots: torch.Tensor,
                 k_read: list[torch.Tensor], v_read: list[torch.Tensor],
                 attn_mask: torch.Tensor | None, eps: torch.Tensor, heads: int, kv_heads: int,
-                dim: int, groups: int, scale: float) -> torch.Tensor:
+                dim: int, groups: int, scale: float, half: int) -> torch.Tensor:
         # The Python loop of engine.model.decode_one_token with float32 activations
         # (Fp16PackedLinear.__call__ and the quantized linears' copy path inlined), the
         # same calls in the same order: bitwise the same logits.
@@ -242,7 +244,7 @@ class _Fp16Layers(torch.nn.Module):
             qkv = _fp16(_rms(x, self.attn_norm[i], eps, f32), self.qkv[i], self.qkv_b[i]
                         ).view(batch, -1, dim)
             out = _attend(qkv, cos, sin, k_dst[i], v_dst[i], slots, k_read[i], v_read[i],
-                          attn_mask, heads, kv_heads, dim, groups, scale)
+                          attn_mask, heads, kv_heads, dim, groups, scale, half)
             x = x + _fp16(out, self.o[i], self.o_b[i])
             gate_up = _fp16(_rms(x, self.mlp_norm[i], eps, f32), self.gate_up[i],
                             self.gate_up_b[i])
@@ -256,7 +258,7 @@ class _Fp16Layers(torch.nn.Module):
 def _attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_dst: torch.Tensor,
             v_dst: torch.Tensor, slots: torch.Tensor, k_read: torch.Tensor,
             v_read: torch.Tensor, attn_mask: torch.Tensor | None, heads: int, kv_heads: int,
-            dim: int, groups: int, scale: float) -> torch.Tensor:
+            dim: int, groups: int, scale: float, half: int) -> torch.Tensor:
     """One layer's RoPE, K/V write and attention from its ``[B, heads + 2 * kv_heads, D]``
     projections; ``[B, heads * D]`` in qkv's dtype. K/V and attention are in the compute
     dtype (cos's): float32 activations (the float16 loop) are converted around them."""
@@ -271,9 +273,8 @@ def _attend(qkv: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_dst: torc
         qk, v = qk.to(dtype), v.to(dtype)
     k_dst.index_copy_(1, slots, qk[:, heads:].transpose(0, 1))
     v_dst.index_copy_(1, slots, v.transpose(0, 1))
-    out = F.scaled_dot_product_attention(
-        qk[:, :heads].view(batch, kv_heads, groups, dim), k_read, v_read,
-        attn_mask=attn_mask, scale=scale).reshape(batch, heads * dim)
+    out = attend(qk[:, :heads].view(batch, kv_heads, groups, dim), k_read, v_read,
+                 attn_mask, scale, half).reshape(batch, heads * dim)
     return out.to(qkv.dtype) if cast else out
 
 
