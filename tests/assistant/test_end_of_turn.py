@@ -333,9 +333,9 @@ def test_turning_speculation_off_drops_the_live_speculation() -> None:
     assert tm.handle(ShortPause(1900)) == []  # nothing to ask for: no speculation
 
 
-def test_a_turn_that_interrupted_the_reply_ends_by_the_fixed_silence_at_the_least() -> None:
-    """"Wait," over the reply, then a breath: "Wait." reads complete, but the user who
-    took the floor goes on ("..., tell me about cats instead")."""
+def barged_in() -> TurnManager:
+    """A manager whose user interrupted the reply (immediate mode) and is in the pause of
+    that turn at 2400 ms."""
     tm = TurnManager(TurnOptions(end_of_turn=SEM, interruption=InterruptionOptions(
         mode="immediate")))
     tm.handle(SpeechStarted(0))
@@ -344,6 +344,13 @@ def test_a_turn_that_interrupted_the_reply_ends_by_the_fixed_silence_at_the_leas
     tm.handle(AudioStarted(1100, 1))
     tm.handle(SpeechStarted(2000, voiced_ms=200))  # the barge-in
     tm.handle(ShortPause(2400))
+    return tm
+
+
+def test_a_turn_that_interrupted_the_reply_ends_by_the_fixed_silence_at_the_least() -> None:
+    """"Wait," over the reply, then a breath: "Wait." reads complete, but the user who
+    took the floor goes on ("..., tell me about cats instead")."""
+    tm = barged_in()
     tm.handle(PartialTranscript(2410, "Wait."))
     assert tm.handle(TurnCompleteness(2430, 1, 0.9)) == [SetEndOfTurnSilence(550, 0.9)]
     # The next turn, not an interruption, gets the short silence again.
@@ -360,17 +367,6 @@ def test_an_interrupting_turn_of_more_than_a_few_words_ends_by_its_scores() -> N
     """The floor hold is for "Wait," and "Hold on.": a request of its own over the reply
     ("Actually, tell me about dogs.") is answered as soon as any other, and a "Wait." the
     user goes on from is held no longer once its words are more than a short request."""
-    def barged_in() -> TurnManager:
-        tm = TurnManager(TurnOptions(end_of_turn=SEM, interruption=InterruptionOptions(
-            mode="immediate")))
-        tm.handle(SpeechStarted(0))
-        tm.handle(EndOfTurn(1000, speech_end_ms=700))
-        tm.handle(FinalTranscript(1010, "tell me a story"))
-        tm.handle(AudioStarted(1100, 1))
-        tm.handle(SpeechStarted(2000, voiced_ms=200))  # the barge-in
-        tm.handle(ShortPause(2400))
-        return tm
-
     tm = barged_in()
     tm.handle(PartialTranscript(2410, "Actually, tell me about dogs."))
     assert tm.handle(TurnCompleteness(2430, 1, 0.9)) == [SetEndOfTurnSilence(250, 0.9)]
