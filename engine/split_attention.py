@@ -11,10 +11,9 @@ merged by their log-sum-exp, as flash-decoding (Dao et al., 2023) merges its spl
 
 The halves are views (`torch.as_strided` over the same storage), not copies. An odd span
 splits into two halves of ``(span + 1) // 2`` keys that share the middle one; the second
-half's copy of it is masked out (`split_mask`). Measured on a 2-core AMD EPYC (30 layers of
-SmolLM2-135M's attention, bfloat16 K/V, 2 threads, median of 5 rounds): 0.98x the time
-at 1,000 keys, 0.87x at 1,500, 0.84x at 2,000, 0.80x at 4,000; 1.22x at 512 (the merge's
-small ops cost more than the balance gains), so it starts at `MIN_SPAN`.
+half's copy of it is masked out (`split_mask`). Under `MIN_SPAN` keys the merge's small
+ops cost more than the balance gains; what it gains above that is measured in
+bench/results/engine-amd-epyc-2c-avx512-bf16.md (`bench/bench_engine.py`, decode @ depth).
 """
 
 from __future__ import annotations
