@@ -24,8 +24,8 @@ import numpy.typing as npt
 from audio.resample import resample
 from audio.tts import SpanSynthesizer
 
-__all__ = ["Say", "Noise", "Placed", "Scenario", "render_scenario", "espeak_available", "piper_speech",
-           "espeak_speech"]
+__all__ = ["Say", "Noise", "Recorded", "Placed", "Scenario", "render_scenario", "espeak_available", "piper_speech",
+           "espeak_speech", "recorded_speech"]
 
 RATE = 16_000
 
@@ -54,11 +54,24 @@ class Noise:
 
 
 @dataclass(frozen=True)
+class Recorded:
+    """A recorded utterance (a WAV of real speech, any rate, mono or stereo), ``gap_ms``
+    after the end of the previous part, at its own level unless ``peak_dbfs`` is given.
+    Placed whole: its own room noise before and after the words stays."""
+
+    path: Path
+    text: str = ""
+    """What is said, for the placement's record."""
+    gap_ms: int = 0
+    peak_dbfs: float | None = None
+
+
+@dataclass(frozen=True)
 class Placed:
     """Where a part landed on the timeline."""
 
     kind: str
-    """say | cough | click."""
+    """say | cough | click (a :class:`Recorded` part is a say)."""
     text: str
     start_ms: int
     end_ms: int
@@ -126,7 +139,16 @@ def _noise(kind: str, duration_ms: int, rng: np.random.Generator) -> npt.NDArray
     return (rng.standard_normal(n) * env).astype(np.float32)
 
 
-def render_scenario(parts: Sequence[Say | Noise], synthesizer: SpanSynthesizer, *,
+def recorded_speech(path: Path) -> npt.NDArray[np.float32]:
+    """A WAV's samples as float32 mono at 16 kHz (channels averaged)."""
+    from audio.wav import read_wav
+
+    pcm, rate = read_wav(path)
+    mono = pcm.mean(axis=1) if pcm.ndim == 2 else pcm
+    return np.asarray(resample(mono.astype(np.float32), rate, RATE), np.float32)
+
+
+def render_scenario(parts: Sequence[Say | Noise | Recorded], synthesizer: SpanSynthesizer, *,
                     lead_ms: int = 600, tail_ms: int = 1500, noise_floor_dbfs: float = -65.0,
                     seed: int = 0) -> Scenario:
     """Lay ``parts`` end to end (after ``lead_ms`` of room noise) and return the audio."""
@@ -140,6 +162,11 @@ def render_scenario(parts: Sequence[Say | Noise], synthesizer: SpanSynthesizer, 
                    if part.voice == "espeak" and espeak_available()
                    else piper_speech(synthesizer, part.text))
             pcm = _peak(_trim(raw), part.peak_dbfs)
+            kind, text = "say", part.text
+        elif isinstance(part, Recorded):
+            pcm = recorded_speech(part.path)
+            if part.peak_dbfs is not None:
+                pcm = _peak(pcm, part.peak_dbfs)
             kind, text = "say", part.text
         else:
             pcm = _peak(_noise(part.kind, part.duration_ms, rng), part.peak_dbfs)
