@@ -26,6 +26,11 @@ engine sequence == history after every case.
         [--pause-onset-ms 0] [--compare tts.first_clause_priority=false]
     .venv/bin/python bench/bench_loop.py --interruptions [--realtime] [--interim-every-ms 100]
         [--compare turns.pause_priority=false] [--no-baseline]
+    .venv/bin/python bench/bench_loop.py --human [--compare vad.smart_turn_wait_ms=800]
+
+With ``--human``: the 11 recordings of real human speech that issue #47's target is set
+on (``bench/loop_human.py``), each its own conversation, in real time, for the same
+configurations; writes ``loop-human.md``.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from human_speech import human_recordings
+from loop_human import human_report, run_all
 from results import Report, add_no_write, write_results
 
 from assistant.app.config import AppConfig, default_config_path, load_config, parse_override
@@ -328,6 +335,19 @@ def main() -> int:
                              "none): a process's first replay also warms the models up and "
                              "measured ~200 ms slower per turn, so the first configuration "
                              "lost to the others")
+    parser.add_argument("--human", action="store_true",
+                        help="the 11 recordings of real human speech (bench/human_speech.py: "
+                             "fetched once from the pocketsphinx sdist), each its own "
+                             "conversation, in real time")
+    parser.add_argument("--human-cache", type=Path, default=None,
+                        help="with --human: where the recordings are kept (default: "
+                             "$XDG_CACHE_HOME/assistant/human-speech)")
+    parser.add_argument("--human-gap-ms", type=int, default=0, metavar="MS",
+                        help="with --human: one conversation, the recordings MS apart "
+                             "(default 0: each recording its own conversation)")
+    parser.add_argument("--sdist", type=Path, default=None,
+                        help="with --human: a copy of the pocketsphinx 5.1.1 sdist on disk "
+                             "instead of fetching it")
     add_no_write(parser)
     args = parser.parse_args()
     base = load_config(default_config_path(), env={})
@@ -335,6 +355,27 @@ def main() -> int:
     # they made nanobind print a leak report for a soxr resampler at exit.
     with contextlib.ExitStack() as opened:
         return _bench(args, base, opened)
+
+
+def _human(args: argparse.Namespace, models: LoopModels,
+           configs: list[tuple[str, dict[str, object]]]) -> int:
+    """``--human``: the 11 recordings of real speech, each its own conversation."""
+    recordings = human_recordings(args.human_cache, args.sdist)
+    runs = [(name, load_config(default_config_path(), env={}, overrides=overrides))
+            for name, overrides in configs + [(f"semantic, {k}={v}", {k: v})
+                                              for k, v in args.compare]]
+    if args.warmup > 0:
+        with tempfile.TemporaryDirectory() as tmp:
+            warm = Path(tmp) / "bench_loop_warmup.wav"
+            build_input(models, args.warmup, warm)
+            print("warming up (untimed) ...", file=sys.stderr)
+            run_once(models, runs[0][1], warm)
+    print(f"replaying {len(recordings)} recordings in real time, {len(runs)} "
+          "configurations alternating ...", file=sys.stderr)
+    report = human_report(run_all(models, runs, recordings, args.human_gap_ms), recordings)
+    if not args.no_write:
+        write_results("loop-human", report.blocks, command=sys.orig_argv)
+    return 0
 
 
 def _bench(args: argparse.Namespace, base: AppConfig, opened: contextlib.ExitStack) -> int:
@@ -349,6 +390,15 @@ def _bench(args: argparse.Namespace, base: AppConfig, opened: contextlib.ExitSta
             write_results("loop-interruptions" + ("-realtime" if args.realtime else ""),
                           report.blocks, command=sys.orig_argv)
         return 0
+    configs: list[tuple[str, dict[str, object]]] = []
+    if not args.only_slow:
+        configs += [
+            ("semantic end of turn", {"vad.end_of_turn": "semantic"}),
+            ("fixed 550 ms", {"vad.end_of_turn": "fixed"}),
+            ("speculation off", {"turns.speculate": False}),
+        ]
+    if args.human:
+        return _human(args, models, configs)
     with tempfile.TemporaryDirectory() as tmp:
         wav = (args.keep or Path(tmp)) / "bench_loop_input.wav"
         wav.parent.mkdir(parents=True, exist_ok=True)
@@ -356,13 +406,6 @@ def _bench(args: argparse.Namespace, base: AppConfig, opened: contextlib.ExitSta
         results: dict[str, Metrics] = {}
         breakdown: dict[str, Stages] = {}
         falls: dict[str, list[Waterfall]] = {}
-        configs: list[tuple[str, dict[str, object]]] = []
-        if not args.only_slow:
-            configs += [
-                ("semantic end of turn", {"vad.end_of_turn": "semantic"}),
-                ("fixed 550 ms", {"vad.end_of_turn": "fixed"}),
-                ("speculation off", {"turns.speculate": False}),
-            ]
         if args.pause_onset_ms is not None:
             configs.append((f"semantic, pause onset {args.pause_onset_ms} ms",
                             {"vad.pause_onset_ms": args.pause_onset_ms}))

