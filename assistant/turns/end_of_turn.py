@@ -41,9 +41,11 @@ text model alone misses pauses inside a sentence whose words could end one ("My 
 and I were thinking about" 0.09), and there the audio model is often sure (0.02). On
 bench/bench_turns.py's set, with the pause opened inside the sentence spoken whole (as a
 speaker pausing mid-thought keeps the sentence's pitch), the text score alone cut off 27
-of 96 pauses, the audio model alone (pipecat's rule) 45, the two together 3. The cost: a finished sentence that the audio model misjudges waits
-``audio_wait_ms`` (on the set's synthetic voices, 8 of 32; on the bundled human recording
-it called every pause inside a turn unfinished and every turn's end finished).
+of 96 pauses, the audio model alone (pipecat's rule) 45, the two together 3. The cost: a
+finished sentence that the audio model misjudges waits ``audio_wait_ms`` (on the set's
+synthetic voices, 8 of 32; on the bundled demo conversation, in Piper's voice, it calls
+every pause inside a turn unfinished and every turn's end finished; on recordings of
+people: docs/benchmarks.md, "Real human speech").
 
 The audio model also caps a long wait, where it is sure (P >= ``audio_sure_p``, 0.9)
 that the turn is complete: at most ``audio_sure_ms`` (800). The text model scores what

@@ -1,6 +1,7 @@
 """The audio end-of-turn model (Smart Turn v3.2 from the pipecat-ai package) on the
-bundled recording of human speech: pauses inside the user's turns sound unfinished,
-the turns' ends finished."""
+bundled demo conversation (Piper's voice): pauses inside the user's turns sound
+unfinished, the turns' ends finished; and on recordings of real people
+(tests/data/human): a request's end sounds finished, a reader's comma does not."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from audio.smart_turn import COMPLETE_P, SmartTurn
 from audio.wav import read_wav
 
 RECORDING = Path(__file__).resolve().parents[1] / "data" / "demo_conversation.wav"
+HUMAN = Path(__file__).resolve().parents[1] / "data" / "human"
 FRAME = 320  # 20 ms at 16 kHz
 
 
@@ -61,6 +63,29 @@ def test_pauses_inside_a_turn_sound_unfinished_and_turn_ends_finished(
         assert smart_turn.p_complete(pcm[:end + 200 * 16]) < COMPLETE_P
     for end in ends:
         assert smart_turn.p_complete(pcm[:end + 200 * 16]) > COMPLETE_P
+
+
+def speech_end(pcm: np.ndarray) -> int:
+    """The sample after the last frame 15 dB over the recording's quietest tenth."""
+    level = np.array([20 * np.log10(np.sqrt(np.mean(pcm[i:i + FRAME] ** 2)) + 1e-9)
+                      for i in range(0, pcm.size - FRAME, FRAME)])
+    loud = np.nonzero(level > np.percentile(level, 10) + 15)[0]
+    return int(loud[-1] + 1) * FRAME
+
+
+@pytest.mark.parametrize(("name", "finished"), [
+    ("cards-002", True),  # "four, queen of clubs"
+    ("goforward", True),  # "go forward ten meters"
+    ("librivox-0880", False),  # "he was not an ill disposed young man," (read on)
+])
+def test_a_persons_request_sounds_finished_and_a_readers_comma_does_not(
+        smart_turn: SmartTurn, name: str, finished: bool) -> None:
+    pcm, rate = read_wav(HUMAN / f"{name}.wav")
+    assert rate == 16000
+    end = speech_end(pcm.astype(np.float32))
+    assert 0.5 * 16000 < end < pcm.size
+    p = smart_turn.p_complete(pcm[:end + 200 * 16].astype(np.float32))
+    assert (p > COMPLETE_P) == finished, p
 
 
 def test_audio_it_cannot_read_gives_nan_and_a_missing_model_a_clear_error(
