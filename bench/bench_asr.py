@@ -38,8 +38,8 @@ from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
-from bench_loop import BACKCHANNELS, REAL  # the interruption set's words
 from bench_turns import SENTENCES  # the end-of-turn test set's sentences and their cuts
+from loop_interruptions import BACKCHANNELS, REAL  # the interruption set's words
 from results import Report, add_no_write, write_results
 
 from assistant.app.config import AppConfig, default_config_path, load_config

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from bench_loop import BACKCHANNELS, REAL  # the interruption set's words
+from loop_interruptions import BACKCHANNELS, REAL  # the interruption set's words
 from results import Report, add_no_write, write_results
 
 from assistant.app.config import default_config_path, load_config

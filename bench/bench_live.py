@@ -38,8 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from bench_loop import QUESTIONS, ROOM_MS, STORY
+from bench_loop import QUESTIONS, ROOM_MS
+from loop_interruptions import STORY
 from results import Report, add_no_write, write_results
+from results import percentile_ms as ms
 
 from assistant.app.config import AppConfig, default_config_path, load_config
 from assistant.loop import event_log as log
@@ -200,11 +202,6 @@ async def live_run(models: LoopModels, cfg: AppConfig, wav: Path,
     lead = cfg.echo.aec_lead_ms if cfg.echo.mode == "aec" else 0
     seen = echo_alignment(taps, heard, rate, lead)
     return LiveRun(result.metrics, bus, lags, 1000 * latency, seen)
-
-
-def ms(values: list[float] | tuple[int, ...], q: float) -> str:
-    v = percentile(tuple(values), q)
-    return "-" if v is None else f"{v:.0f}"
 
 
 def main() -> int:

@@ -24,10 +24,11 @@ from pathlib import Path
 
 from human_speech import Recording
 from results import Report
+from results import percentile_ms as ms
 
 from assistant.app.config import AppConfig
 from assistant.loop import event_log as log
-from assistant.loop.metrics import TurnMetrics, percentile
+from assistant.loop.metrics import TurnMetrics
 from assistant.loop.setup import LoopModels
 from assistant.loop.waterfall import STAGES, Waterfall, waterfalls
 from assistant.replay.run import ReplayOptions, replay_sync
@@ -119,11 +120,6 @@ def run_all(models: LoopModels, configs: Sequence[tuple[str, AppConfig]],
     return out
 
 
-def _ms(values: Sequence[int], q: float) -> str:
-    p = percentile(values, q)
-    return "-" if p is None else f"{p:.0f}"
-
-
 def human_report(runs: Sequence[UtteranceRun], recordings: Sequence[Recording]) -> Report:
     configs = list(dict.fromkeys(r.config for r in runs))
     report = Report()
@@ -133,8 +129,8 @@ def human_report(runs: Sequence[UtteranceRun], recordings: Sequence[Recording]) 
         v2v = [r.v2v_ms for r in mine if r.v2v_ms is not None]
         e2a = [r.endpoint_to_audio_ms for r in mine if r.endpoint_to_audio_ms is not None]
         hits = sum(r.speculation == "hit" for r in mine)
-        rows.append([name, _ms(v2v, 50), _ms(v2v, 90), max(v2v, default="-"),
-                     f"{sum(v > SLOW_MS for v in v2v)}/{len(v2v)}", _ms(e2a, 50),
+        rows.append([name, ms(v2v, 50), ms(v2v, 90), max(v2v, default="-"),
+                     f"{sum(v > SLOW_MS for v in v2v)}/{len(v2v)}", ms(e2a, 50),
                      f"{hits}/{len(mine)}", sum(r.replies > 1 for r in mine),
                      sum(r.over_reply for r in mine)])
     report.table(["configuration", "v2v p50 ms", "v2v p90 ms", "v2v max ms",

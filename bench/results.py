@@ -33,7 +33,7 @@ from typing import Any, TextIO
 
 __all__ = [
     "RESULTS_DIR", "Machine", "Report", "add_no_write", "capture", "fenced", "machine",
-    "markdown_table", "render", "write_results",
+    "markdown_table", "percentile_ms", "render", "write_results",
 ]
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -176,6 +176,18 @@ def markdown_table(headers: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str
         return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ")
                                  for c in cells) + " |"
     return "\n".join([row(headers), "|" + "---|" * len(headers), *(row(r) for r in rows)])
+
+
+def percentile_ms(values: Sequence[float], q: float) -> str:
+    """The q-th percentile of ``values`` (linear, as numpy's default) in whole ms; ``-``
+    when there are none."""
+    if not values:
+        return "-"
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return f"{xs[lo] + (xs[hi] - xs[lo]) * (pos - lo):.0f}"
 
 
 def fenced(text: str) -> str:
