@@ -16,7 +16,6 @@ takes a copy already on disk (a machine without the index).
 from __future__ import annotations
 
 import hashlib
-import os
 import subprocess
 import sys
 import tarfile
@@ -79,10 +78,12 @@ RATE = 16_000
 
 
 def default_cache() -> Path:
-    """Where the recordings are kept: beside the converted weights
-    (``$XDG_CACHE_HOME/assistant``, else ``~/.cache/assistant``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "assistant" / "human-speech"
+    """Beside the converted weights: ``models.cache_dir`` of the default config, else
+    ``$XDG_CACHE_HOME/assistant`` (``~/.cache/assistant``), then ``human-speech``."""
+    from assistant.app.config import default_config_path, load_config
+    from assistant.app.models import cache_dir
+
+    return cache_dir(load_config(default_config_path(), env={})) / "human-speech"
 
 
 def _sha256(path: Path) -> str:
