@@ -7,10 +7,11 @@ utterances with a pause inside) and one command ("go forward ten meters"). They 
 the source distribution of the ``pocketsphinx`` package on PyPI (``test/data/``; BSD
 licence, CMU; the LibriVox readings are in the public domain), 16 kHz mono.
 
-Nothing is committed: :func:`human_recordings` fetches that one sdist with pip (the
-project's package index, like every default model), checks its SHA-256, and writes the 11
-recordings as 16 kHz WAVs, with the licence, into a cache directory. ``--sdist PATH``
-takes a copy already on disk (a machine without the index).
+:func:`human_recordings` fetches that one sdist with pip (the project's package index,
+like every default model), checks its SHA-256, and writes the 11 recordings as 16 kHz
+WAVs, with the licence, into a cache directory; ``--sdist PATH`` takes a copy already on
+disk (a machine without the index). Four of them are committed for the tests
+(``tests/data/human``).
 """
 
 from __future__ import annotations
