@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from human_speech import human_recordings
-from loop_human import human_report, run_all
+from loop_human import ROOM_DBFS, human_report, run_all
 from loop_interruptions import STORY, interruption_bench
 from results import Report, add_no_write, write_results
 from results import percentile_ms as ms
@@ -184,6 +184,10 @@ def main() -> int:
     parser.add_argument("--human-gap-ms", type=int, default=0, metavar="MS",
                         help="with --human: one conversation, the recordings MS apart "
                              "(default 0: each recording its own conversation)")
+    parser.add_argument("--human-noise-dbfs", type=float, default=ROOM_DBFS, metavar="DBFS",
+                        help="with --human: white room noise under the recordings at this "
+                             "level (default %(default)s; their own floors are -43 to -60); "
+                             "another level writes loop-human-noise<N>dbfs.md")
     parser.add_argument("--sdist", type=Path, default=None,
                         help="with --human: a copy of the pocketsphinx 5.1.1 sdist on disk "
                              "instead of fetching it")
@@ -211,9 +215,12 @@ def _human(args: argparse.Namespace, models: LoopModels,
             run_once(models, runs[0][1], warm)
     print(f"replaying {len(recordings)} recordings in real time, {len(runs)} "
           "configurations alternating ...", file=sys.stderr)
-    report = human_report(run_all(models, runs, recordings, args.human_gap_ms), recordings)
+    noise = args.human_noise_dbfs
+    report = human_report(run_all(models, runs, recordings, args.human_gap_ms, noise),
+                          recordings)
     if not args.no_write:
-        write_results("loop-human", report.blocks, command=sys.orig_argv)
+        suffix = "" if noise == ROOM_DBFS else f"-noise{abs(noise):g}dbfs"
+        write_results("loop-human" + suffix, report.blocks, command=sys.orig_argv)
     return 0
 
 

@@ -6,7 +6,8 @@ then silence until the reply has played), on the wall clock, once per configurat
 configurations alternate recording by recording so that drift on a shared machine falls
 on all of them alike. With ``--human-gap-ms N`` the 11 are one conversation instead, N ms
 from the end of one to the start of the next (the history grows; a reply still playing
-when the next recording starts is talked over). Per configuration: voice-to-voice p50 / p90 / max (the end of the
+when the next recording starts is talked over); ``--human-noise-dbfs -35`` adds white room
+noise under them. Per configuration: voice-to-voice p50 / p90 / max (the end of the
 user's speech as the VAD dated it -> the reply's first audio), turns over 800 ms,
 speculation hits, and utterances answered in parts (a reply started inside the utterance:
 a false cut-off, whatever the user's going on repaired). Per recording: what Whisper
@@ -35,10 +36,13 @@ from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Placed, Recorded, render_scenario
 from audio.wav import write_wav
 
-__all__ = ["UtteranceRun", "run_recordings", "run_all", "human_report", "SLOW_MS"]
+__all__ = ["UtteranceRun", "run_recordings", "run_all", "human_report", "SLOW_MS", "ROOM_DBFS"]
 
 SLOW_MS = 800
 """Issue #47's bar: no turn over 800 ms."""
+
+ROOM_DBFS = -65.0
+"""The scenarios' quiet room (the recordings' own floors are -43 to -60 dBFS)."""
 
 
 @dataclass(frozen=True)
@@ -89,14 +93,16 @@ def _runs(entries: Sequence[log.Entry], turns: Sequence[TurnMetrics], placed: Se
 
 
 def run_recordings(models: LoopModels, cfg: AppConfig, config: str,
-                   recordings: Sequence[Recording], tmp: Path,
-                   gap_ms: int = 0) -> list[UtteranceRun]:
-    """``recordings`` replayed in real time as one conversation, ``gap_ms`` apart."""
+                   recordings: Sequence[Recording], tmp: Path, gap_ms: int = 0,
+                   noise_floor_dbfs: float = ROOM_DBFS) -> list[UtteranceRun]:
+    """``recordings`` replayed in real time as one conversation, ``gap_ms`` apart, over
+    white room noise at ``noise_floor_dbfs`` (besides the recordings' own)."""
     parts = []
     for i, rec in enumerate(recordings):
         assert rec.path is not None
         parts.append(Recorded(rec.path, rec.text, gap_ms=gap_ms if i else 0))
-    scenario = render_scenario(parts, models.synthesizer, tail_ms=1500)
+    scenario = render_scenario(parts, models.synthesizer, tail_ms=1500,
+                               noise_floor_dbfs=noise_floor_dbfs)
     wav = tmp / "human.wav"
     write_wav(wav, scenario.pcm, scenario.sample_rate)
     outcome = replay_sync(models, cfg, wav, ReplayOptions(realtime=True))
@@ -105,7 +111,8 @@ def run_recordings(models: LoopModels, cfg: AppConfig, config: str,
 
 
 def run_all(models: LoopModels, configs: Sequence[tuple[str, AppConfig]],
-            recordings: Sequence[Recording], gap_ms: int = 0) -> list[UtteranceRun]:
+            recordings: Sequence[Recording], gap_ms: int = 0,
+            noise_floor_dbfs: float = ROOM_DBFS) -> list[UtteranceRun]:
     """Each recording its own conversation (``gap_ms`` 0), the configurations alternating
     recording by recording; or all in one conversation ``gap_ms`` apart, per configuration."""
     out: list[UtteranceRun] = []
@@ -113,7 +120,8 @@ def run_all(models: LoopModels, configs: Sequence[tuple[str, AppConfig]],
     with tempfile.TemporaryDirectory() as tmp:
         for group in groups:
             for name, cfg in configs:
-                for run in run_recordings(models, cfg, name, group, Path(tmp), gap_ms):
+                for run in run_recordings(models, cfg, name, group, Path(tmp), gap_ms,
+                                          noise_floor_dbfs):
                     print(f"  {run.name:14s} {name:24s} {run.v2v_ms} ms  {run.heard!r}",
                           file=sys.stderr)
                     out.append(run)
