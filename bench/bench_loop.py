@@ -207,6 +207,9 @@ def _human(args: argparse.Namespace, models: LoopModels,
     runs = [(name, load_config(default_config_path(), env={}, overrides=overrides))
             for name, overrides in configs + [(f"semantic, {k}={v}", {k: v})
                                               for k, v in args.compare]]
+    if not runs:
+        print("error: --human with --only-slow needs a --compare to run", file=sys.stderr)
+        return 2
     if args.warmup > 0:
         with tempfile.TemporaryDirectory() as tmp:
             warm = Path(tmp) / "bench_loop_warmup.wav"
