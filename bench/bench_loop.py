@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from human_speech import human_recordings
-from loop_human import ROOM_DBFS, human_report, run_all
+from loop_human import ROOM_DBFS, human_report, run_all, stage_rows
 from loop_interruptions import STORY, interruption_bench
 from results import Report, add_no_write, write_results
 from results import percentile_ms as ms
@@ -112,10 +112,6 @@ def stages(entries: list[log.Entry]) -> Stages:
         elif isinstance(e, log.AudioStartedEntry) and e.turn_id in started:
             out.to_audio.append(e.t_ms - started[e.turn_id])
     return out
-
-
-def _cell(value: int | None) -> str:
-    return "-" if value is None else str(value)
 
 
 def run_once(models: LoopModels, cfg: AppConfig, wav: Path
@@ -343,7 +339,7 @@ def _bench(args: argparse.Namespace, base: AppConfig, opened: contextlib.ExitSta
         report.table(["slowest turns, ms after end of speech"]
                      + [f"turn {w.turn_id} ({w.speculation}): {said.get(w.turn_id, '')!r}"
                         for w in slowest],
-                     [[stage] + [_cell(getattr(w, stage)) for w in slowest] for stage in STAGES])
+                     stage_rows(slowest))
     on, off = results.get("semantic end of turn"), results.get("speculation off")
     p_on = percentile(on.voice_to_voice_ms, 50) if on else None
     p_off = percentile(off.voice_to_voice_ms, 50) if off else None

@@ -36,7 +36,8 @@ from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Placed, Recorded, render_scenario
 from audio.wav import write_wav
 
-__all__ = ["UtteranceRun", "run_recordings", "run_all", "human_report", "SLOW_MS", "ROOM_DBFS"]
+__all__ = ["UtteranceRun", "run_recordings", "run_all", "human_report", "stage_rows", "SLOW_MS",
+           "ROOM_DBFS"]
 
 SLOW_MS = 800
 """Issue #47's bar: no turn over 800 ms."""
@@ -160,8 +161,7 @@ def human_report(runs: Sequence[UtteranceRun], recordings: Sequence[Recording]) 
         report.line()
         report.table(["slowest, ms after end of speech"]
                      + [f"{r.name}: {r.heard!r} ({r.speculation})" for r in falls],
-                     [[stage] + [_cell(getattr(r.fall, stage)) for r in falls]
-                      for stage in STAGES])
+                     stage_rows([r.fall for r in falls if r.fall is not None]))
     return report
 
 
@@ -173,5 +173,7 @@ def _run_cell(run: UtteranceRun | None) -> str:
     return f"{run.v2v_ms} ({run.speculation}{parts}{over})"
 
 
-def _cell(value: int | None) -> str:
-    return "-" if value is None else str(value)
+def stage_rows(falls: Sequence[Waterfall]) -> list[list[str]]:
+    """A waterfall table's rows: one per stage, one column per turn (``-``: not reached)."""
+    return [[stage] + ["-" if (v := getattr(w, stage)) is None else str(v) for w in falls]
+            for stage in STAGES]

@@ -179,15 +179,12 @@ def markdown_table(headers: Sequence[Any], rows: Sequence[Sequence[Any]]) -> str
 
 
 def percentile_ms(values: Sequence[float], q: float) -> str:
-    """The q-th percentile of ``values`` (linear, as numpy's default) in whole ms; ``-``
-    when there are none."""
-    if not values:
-        return "-"
-    xs = sorted(values)
-    pos = (len(xs) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(xs) - 1)
-    return f"{xs[lo] + (xs[hi] - xs[lo]) * (pos - lo):.0f}"
+    """The q-th percentile of ``values`` (`assistant.loop.metrics.percentile`) in whole ms;
+    ``-`` when there are none."""
+    from assistant.loop.metrics import percentile
+
+    p = percentile(values, q)
+    return "-" if p is None else f"{p:.0f}"
 
 
 def fenced(text: str) -> str:

@@ -116,15 +116,11 @@ def piper_speech(synth: SpanSynthesizer, text: str) -> npt.NDArray[np.float32]:
 def espeak_speech(text: str, voice: str = "en-us+f3", rate: int = 150) -> npt.NDArray[np.float32]:
     """``text`` spoken by espeak-ng (a second, very different voice; ``voice`` and
     ``rate``, words per minute, as its ``-v`` and ``-s``), float32 at 16 kHz."""
-    from audio.wav import read_wav
-
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "say.wav"
         subprocess.run(["espeak-ng", "-v", voice, "-s", str(rate), "-w", str(path), text],
                        check=True, capture_output=True)
-        pcm, wav_rate = read_wav(path)
-    mono = pcm.mean(axis=1) if pcm.ndim == 2 else pcm
-    return np.asarray(resample(mono.astype(np.float32), wav_rate, RATE), np.float32)
+        return recorded_speech(path)
 
 
 def _noise(kind: str, duration_ms: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:

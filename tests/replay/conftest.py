@@ -14,7 +14,7 @@ from assistant.app.config import AppConfig, load_config
 from assistant.loop.event_log import Entry
 from assistant.loop.setup import LoopModels, load_models
 from assistant.replay.run import ReplayOptions, ReplayOutcome, replay_sync
-from assistant.replay.scenario import Noise, Say, Scenario, render_scenario
+from assistant.replay.scenario import Noise, Recorded, Say, Scenario, render_scenario
 from audio.resample import resample
 from audio.wav import write_wav
 
@@ -58,7 +58,7 @@ class Run:
         return np.asarray(resample(pcm, rate, 16000), np.float32)
 
 
-def run_scenario(models: LoopModels, parts: Sequence[Say | Noise], tmp: Path,
+def run_scenario(models: LoopModels, parts: Sequence[Say | Noise | Recorded], tmp: Path,
                  cfg: AppConfig | None = None, **options: object) -> Run:
     cfg = cfg or make_config()
     scenario = render_scenario(parts, models.synthesizer)

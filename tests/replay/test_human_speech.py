@@ -14,21 +14,14 @@ import pytest
 
 from assistant.loop import event_log as log
 from assistant.loop.setup import LoopModels
-from assistant.replay.run import ReplayOptions, replay_sync
-from assistant.replay.scenario import Recorded, render_scenario
-from audio.wav import write_wav
-from tests.replay.conftest import Run, make_config, words
+from assistant.replay.scenario import Recorded
+from tests.replay.conftest import Run, run_scenario, words
 
 HUMAN = Path(__file__).resolve().parents[1] / "data" / "human"
 
 
 def replay_recording(models: LoopModels, name: str, tmp: Path) -> Run:
-    cfg = make_config()
-    scenario = render_scenario([Recorded(HUMAN / f"{name}.wav")], models.synthesizer,
-                               tail_ms=2000)
-    wav = tmp / "input.wav"
-    write_wav(wav, scenario.pcm, scenario.sample_rate)
-    return Run(scenario, replay_sync(models, cfg, wav, ReplayOptions()), cfg)
+    return run_scenario(models, [Recorded(HUMAN / f"{name}.wav")], tmp)
 
 
 @pytest.mark.parametrize(("name", "heard"), [
