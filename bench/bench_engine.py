@@ -61,6 +61,7 @@ from device_figures import (  # isort: skip (bench/, beside this script)
     new_spans,
     random_model,
 )
+import cpu_mask  # isort: skip (bench/, beside this script)
 from results import (  # isort: skip (bench/, beside this script)
     add_no_write,
     capture,
@@ -444,7 +445,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="the model's config with random weights (speed only: no "
                         "quality, no llama.cpp); --model then needs only config and tokenizer")
     add_no_write(parser)
+    cpu_mask.add_argument(parser)
     args = parser.parse_args(argv)
+    cpu_mask.relaunch(args.as_cpu)
 
     import transformers
 

@@ -6,7 +6,8 @@ Runtime's contrib op ``com.microsoft.MatMulNBits`` (bits 4, blocks of 32 inputs,
 uint8 zero point per block) at ``accuracy_level`` 0 dequantizes the weight to float32 in
 MLAS; at level 4 it quantizes each block of 32 activations to int8 and runs MLAS's integer
 kernels (AVX2 ``maddubs``/``madd``, AVX512-VNNI or AVX-VNNI ``dpbusd``, picked by CPUID
-when ONNX Runtime loads: an AVX2 CPU's path cannot be forced on a newer one).
+when ONNX Runtime loads: ``--as-cpu avx2`` masks CPUID to get an AVX2 CPU's path on a
+newer one, `bench/cpu_mask.py`).
 
 Per projection of one layer (fused QKV, o, fused gate/up, down) and the output projection
 (int8 ``MatMulNBits`` as the engine keeps it int8, and int4), at M rows and T threads:
@@ -17,6 +18,10 @@ Per projection of one layer (fused QKV, o, fused gate/up, down) and the output p
 - ORT L4 as a Linear, f32 / bf16: what an engine format would pay per call: torch
   activations (float32, or bfloat16 as the int4 format computes) copied into the bound
   buffer, the run, the output copied out in the same dtype;
+- ORT L4 exact: the weight a format would have to keep, the engine's own int4 values
+  (llama.cpp's Q4_1, exactly), run by level 4 without zero points and each block's min
+  term added in torch (`matmul_nbits_exact`); ORT L0 / L4 above run ORT's re-quantization
+  of those values, which moves each block by up to half a step (their errors below);
 - fbgemm fp16: ``engine.quantize.Fp16PackedLinear`` (the ``bf16`` format on CPU, and the
   default format on AVX2 CPUs: `engine.weight_formats.auto_weight_format`);
 - fp32 / bf16 ``F.linear``;
@@ -26,7 +31,7 @@ Per projection of one layer (fused QKV, o, fused gate/up, down) and the output p
 
 Then the 120 layer projections of a whole batch-1 decode step, called back to back as the
 engine calls them (each weight its own, so from L3; code warm): the engine's linears,
-fbgemm fp16, and ORT L4 bare and as a Linear. This is the figure to decide on: one
+fbgemm fp16, and ORT L4 bare, as a Linear and exact. This is the figure to decide on: one
 projection's session, called again and again, keeps its weight and its session state
 warm, which flatters ORT more than torch (ORT's per-call cost over 120 sessions in turn is
 ~2-3x that of one layer's 4 sessions repeated; the int4 kernel's ~1.4x).
@@ -44,10 +49,9 @@ run it more than once.
     .venv/bin/python bench/bench_int_kernel.py [--threads 1,2] [--rows 1,8] [--layer 15]
         [--projections qkv,o,gate_up,down,lm_head,lm_head_q4] [--seconds 2] [--flush-mib 0]
         [--model DIR | --random-weights DIR] [--weights auto] [--no-step]
-    # an AVX2 CPU's torch side (ORT's MLAS still dispatches by CPUID); the engine's default
-    # there is the bf16 format, i.e. fbgemm fp16:
-    ATEN_CPU_CAPABILITY=avx2 FBGEMM_ENABLE_INSTRUCTIONS=AVX2 \
-        .venv/bin/python bench/bench_int_kernel.py --weights bf16
+    # as an AVX2 CPU runs it, ORT's MLAS included (bench/cpu_mask.py; the engine's default
+    # there is the bf16 format, i.e. fbgemm fp16):
+    .venv/bin/python bench/bench_int_kernel.py --as-cpu avx2
 """
 
 from __future__ import annotations
@@ -76,12 +80,15 @@ from engine.model_weights import ModelWeights, fused_linears, weights_from_state
 from engine.quality import fixed_text
 from engine.quantize import Fp16PackedLinear, Linear
 from engine.weight_formats import compute_dtype_for, dense_copy_for, resolve_weight_format
+from engine.weight_quant import quantize_linear
 
+import cpu_mask  # isort: skip (bench/, beside this script)
 from results import add_no_write, capture, machine, write_results  # isort: skip (bench/)
 
 BLOCK = 32
 """Inputs per MatMulNBits block (the engine's `INT4_GROUP`)."""
-CANDIDATES = ("ort0", "ort4", "ort4_f32", "ort4_bf16", "fp16", "fp32", "bf16", "engine")
+CANDIDATES = ("ort0", "ort4", "ort4_f32", "ort4_bf16", "ort4_exact", "fp16", "fp32", "bf16",
+              "engine")
 
 
 @dataclass(frozen=True)
@@ -141,6 +148,36 @@ def matmul_nbits_model(weight: np.ndarray, bits: int, level: int) -> bytes:
     return bytes(model.SerializeToString())
 
 
+def matmul_nbits_exact(weight: np.ndarray) -> tuple[bytes, torch.Tensor]:
+    """The engine's own int4 values of `weight` (`quantize_linear`: llama.cpp's Q4_1, ``w =
+    q * scale + min`` per block of 32) as a one-node model, and the rest of each weight.
+
+    MatMulNBits' zero points are 4-bit integers, or floats it does not run at level 4 (it
+    dequantizes the weight on every call: ~1.7 ms for the fused gate/up); a block's min is
+    rarely a whole number of steps. So the node runs without zero points, ``(q - 8) *
+    scale``, and what it leaves out, ``(8 * scale + min)`` per (block, output), multiplies
+    the sum of the block's inputs: `OrtExactCall` adds ``block_sums(x) @ rest``. Re-quantizing
+    the model's already-Q4_1 weights with ORT's own quantizer (`matmul_nbits_model`) moves
+    every block by up to half a step instead."""
+    tensors = quantize_linear(torch.from_numpy(weight), "int4")
+    assert tensors is not None and "nibbles" in tensors
+    n, k = weight.shape
+    blocks = k // BLOCK
+    node = helper.make_node("MatMulNBits", ["A", "B", "scales"], ["Y"], domain="com.microsoft",
+                            K=k, N=n, bits=4, block_size=BLOCK, accuracy_level=4)
+    graph = helper.make_graph(
+        [node], "matmul_nbits_exact",
+        [helper.make_tensor_value_info("A", TensorProto.FLOAT, ["M", k])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["M", n])],
+        [numpy_helper.from_array(tensors["nibbles"].numpy().reshape(n, blocks, BLOCK // 2), "B"),
+         numpy_helper.from_array(tensors["scale"].t().contiguous().numpy().reshape(-1),
+                                 "scales")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    rest = (8 * tensors["scale"] + tensors["min"]).contiguous()  # [blocks, N]
+    return bytes(model.SerializeToString()), rest
+
+
 def ort_session(model: bytes, threads: int, spin: bool) -> ort.InferenceSession:
     """A CPU session of `threads` intra-op threads, sequential, spinning if `spin`."""
     options = ort.SessionOptions()
@@ -174,6 +211,21 @@ class OrtCall:
         self.x.copy_(x)
         self.run()
         return self.y.to(x.dtype, copy=True)
+
+
+class OrtExactCall(OrtCall):
+    """`OrtCall` of a `matmul_nbits_exact` model: its `linear` adds each block's min term."""
+
+    def __init__(self, session: ort.InferenceSession, rows: int, rest: torch.Tensor) -> None:
+        blocks, n = rest.shape
+        super().__init__(session, rows, blocks * BLOCK, n)
+        self.rest = rest
+
+    def linear(self, x: torch.Tensor) -> torch.Tensor:
+        y = super().linear(x)
+        sums = x.view(x.shape[0], self.rest.shape[0], BLOCK).sum(-1, dtype=torch.float32)
+        return y.addmm_(sums.to(y.dtype), self.rest.to(y.dtype)) if y.dtype != torch.float32 \
+            else y.addmm_(sums, self.rest)
 
 
 def mlas_qnbit_path(flags: set[str]) -> str:
@@ -346,6 +398,10 @@ def measure(projection: Projection, rows: int, threads: int, args: argparse.Name
             for name, level in variants.items()}
     for call in orts.values():
         call.x.copy_(x)
+    exact = None
+    if projection.bits == 4:
+        model, rest = matmul_nbits_exact(w_np)
+        exact = OrtExactCall(ort_session(model, threads, args.ort_spin), rows, rest)
     fp16 = Fp16PackedLinear.build(w, None)
     w_bf16 = w.to(torch.bfloat16)
     x_bf16 = x.to(torch.bfloat16)
@@ -360,6 +416,8 @@ def measure(projection: Projection, rows: int, threads: int, args: argparse.Name
     }
     if "ort0" in orts:
         candidates["ort0"] = orts["ort0"].run
+    if exact is not None:
+        candidates["ort4_exact"] = lambda: exact.linear(x)
     micros, calls = interleaved(candidates, args.seconds, args.calls, flush)
     errors = None
     if rows == 1:
@@ -369,6 +427,8 @@ def measure(projection: Projection, rows: int, threads: int, args: argparse.Name
             "engine": rel_error(lambda r: projection.engine(r.to(dtype)), projection.inputs, w),
             "fp16": rel_error(fp16, projection.inputs, w),
         }
+        if exact is not None:
+            errors["ort4_exact"] = rel_error(exact.linear, projection.inputs, w)
         if "ort0" in orts:
             errors["ort0"] = rel_error(orts["ort0"].linear, projection.inputs, w)
             with torch.inference_mode():
@@ -393,12 +453,15 @@ def decode_step(ckpt: Checkpoint, threads: int, args: argparse.Namespace) -> dic
     x_engine = {k: x.to(ckpt.engine_dtype()) for k, x in x32.items()}
     engine = [(ckpt.engine(n), x_engine[kind[n]]) for n in names]
     fp16 = [(Fp16PackedLinear.build(ckpt.weights[n], None), x32[kind[n]]) for n in names]
-    orts = []
+    orts, exact = [], []
     for n in names:
         out_features, in_features = ckpt.weights[n].shape
         model = matmul_nbits_model(ckpt.weights[n].numpy(), 4, 4)
         orts.append((OrtCall(ort_session(model, threads, args.ort_spin), 1, in_features,
                              out_features), kind[n]))
+        model, rest = matmul_nbits_exact(ckpt.weights[n].numpy())
+        exact.append((OrtExactCall(ort_session(model, threads, args.ort_spin), 1, rest).linear,
+                      x32[kind[n]]))
 
     def chain(calls: Sequence[tuple[Callable[[torch.Tensor], object], torch.Tensor]]
               ) -> Callable[[], None]:
@@ -418,6 +481,7 @@ def decode_step(ckpt: Checkpoint, threads: int, args: argparse.Namespace) -> dic
         "ort4": chain([(bare(call), x32[k]) for call, k in orts]),
         "ort4_f32": chain([(call.linear, x32[k]) for call, k in orts]),
         "ort4_bf16": chain([(call.linear, x16[k]) for call, k in orts]),
+        "ort4_exact": chain(exact),
     }
     micros, _ = interleaved(candidates, args.seconds * 2, args.calls, lambda: None)
     return {name: us / 1e3 for name, us in micros.items()}
@@ -437,6 +501,9 @@ def cpu_header() -> tuple[str, set[str]]:
                 break
     except OSError:
         pass
+    if cpu_mask.masked():
+        flags -= cpu_mask.HIDDEN_FLAGS
+        model += f" (run as an {cpu_mask.masked()} CPU: bench/cpu_mask.py)"
     shown = [f for f in ("avx2", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
                          "amx_tile", "amx_int8", "amx_bf16") if f in flags]
     return f"{model}, {os.cpu_count()} CPUs; flags: {' '.join(shown)}", flags
@@ -449,36 +516,42 @@ def print_report(timings: list[Timing], errors: dict[str, dict[str, float]],
     for name, text in kernels.items():
         print(f"| {name} | {text} |")
     print("\nMedian us per call (interleaved). Speedups are engine / ORT (>1: ORT faster): "
-          "of the bare ORT L4 run, and of ORT L4 as a float32 Linear. One session called "
-          "repeatedly stays warm: the decode step below is the realistic figure.\n")
+          "of the bare ORT L4 run, of ORT L4 as a float32 Linear, and of ORT L4 exact (the "
+          "engine's own int4 values, each block's min added back: what a weight format "
+          "would run). One session called repeatedly stays warm: the decode step below is "
+          "the realistic figure.\n")
     print("| projection | in->out | M | thr | ORT L0 | ORT L4 | ORT L4 Linear f32 "
-          "| ORT L4 Linear bf16 | fbgemm fp16 | fp32 F.linear | bf16 F.linear | engine "
-          "| L4 speedup | L4 Linear f32 speedup | calls |")
-    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+          "| ORT L4 Linear bf16 | ORT L4 exact | fbgemm fp16 | fp32 F.linear | bf16 F.linear "
+          "| engine | L4 speedup | L4 Linear f32 speedup | L4 exact speedup | calls |")
+    print("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for t in timings:
         m = t.micros
         print(f"| {t.projection} | {t.shape} | {t.rows} | {t.threads} | "
               + " | ".join(f"{m[c]:.1f}" if c in m else "n/a" for c in CANDIDATES)
               + f" | {m['engine'] / m['ort4']:.2f}x | {m['engine'] / m['ort4_f32']:.2f}x"
-              f" | {t.calls} |")
+              + (f" | {m['engine'] / m['ort4_exact']:.2f}x" if "ort4_exact" in m else " | n/a")
+              + f" | {t.calls} |")
     print("\nRelative error at one row vs the checkpoint weight in float64 "
           "(L4 vs L0: the int8 activations alone).\n")
-    print("| projection | ORT L0 | ORT L4 | engine | fbgemm fp16 | L4 vs L0 |")
-    print("|---|--:|--:|--:|--:|--:|")
+    print("| projection | ORT L0 | ORT L4 | ORT L4 exact | engine | fbgemm fp16 | L4 vs L0 |")
+    print("|---|--:|--:|--:|--:|--:|--:|")
     for name, e in errors.items():
         print(f"| {name} | " + " | ".join(f"{e[c]:.4f}" if c in e else "n/a" for c in
-                                          ("ort0", "ort4", "engine", "fp16", "ort4_vs_ort0"))
+                                          ("ort0", "ort4", "ort4_exact", "engine", "fp16",
+                                           "ort4_vs_ort0"))
               + " |")
     if steps:
         print(f"\nThe {4 * layers} layer projections of one batch-1 decode step, median ms "
               "(speedups: engine / ORT).\n")
         print("| thr | engine | fbgemm fp16 | ORT L4 bare | ORT L4 Linear f32 "
-              "| ORT L4 Linear bf16 | speedup bare | speedup Linear f32 |")
-        print("|--:|--:|--:|--:|--:|--:|--:|--:|")
+              "| ORT L4 Linear bf16 | ORT L4 exact | speedup bare | speedup Linear f32 "
+              "| speedup exact |")
+        print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for threads, m in steps.items():
             print(f"| {threads} | {m['engine']:.2f} | {m['fp16']:.2f} | {m['ort4']:.2f} "
-                  f"| {m['ort4_f32']:.2f} | {m['ort4_bf16']:.2f} "
-                  f"| {m['engine'] / m['ort4']:.2f}x | {m['engine'] / m['ort4_f32']:.2f}x |")
+                  f"| {m['ort4_f32']:.2f} | {m['ort4_bf16']:.2f} | {m['ort4_exact']:.2f} "
+                  f"| {m['engine'] / m['ort4']:.2f}x | {m['engine'] / m['ort4_f32']:.2f}x "
+                  f"| {m['engine'] / m['ort4_exact']:.2f}x |")
 
 
 def main() -> None:
@@ -504,7 +577,9 @@ def main() -> None:
     parser.add_argument("--ort-spin", action="store_true",
                         help="let ORT's intra-op threads spin (off: they would take the "
                         "cores from torch's calls in between)")
+    cpu_mask.add_argument(parser)
     args = parser.parse_args()
+    cpu_mask.relaunch(args.as_cpu)
 
     header, flags = cpu_header()
     load_before = os.getloadavg()[0]

@@ -31,6 +31,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
 
+try:  # a bench script, with bench/ on the path
+    import cpu_mask  # isort: skip
+except ImportError:  # the tests, importing bench.results
+    from bench import cpu_mask  # isort: skip
+
 __all__ = [
     "RESULTS_DIR", "Machine", "Report", "add_no_write", "capture", "fenced", "machine",
     "markdown_table", "percentile_ms", "render", "write_results",
@@ -72,6 +77,9 @@ class Machine:
     """The kernels torch's ATen dispatches to (``AVX512``, ``AVX2``...), if torch is loaded."""
     gpus: tuple[str, ...] = ()
     """CUDA devices torch sees (only asked when the run loaded torch)."""
+    masked_as: str | None = None
+    """The CPU the run pretended to be (`bench/cpu_mask.py`, ``--as-cpu``): `isa` is what
+    the libraries saw, not what the CPU has."""
 
     def describe(self) -> str:
         """One line: CPU, cores, ISA, torch, GPU."""
@@ -80,6 +88,9 @@ class Machine:
         torch = "not installed" if self.torch is None else self.torch
         parts.append(f"torch {torch}" + (f" (ATen {self.aten} kernels)" if self.aten else ""))
         parts.append("GPU: " + (", ".join(self.gpus) or "none"))
+        if self.masked_as:
+            parts.append(f"run as an {self.masked_as.upper()} CPU: CPUID masked "
+                         "(bench/cpu_mask.py), this CPU's clocks, caches and memory")
         return "; ".join(parts)
 
     def slug(self, *, gpu: bool = False) -> str:
@@ -88,7 +99,8 @@ class Machine:
         if gpu and self.gpus:
             return _slug(self.gpus[0])
         tier = next((t for name, t in _TIERS if name in self.isa), self.arch)
-        return f"{_family(self.cpu)}-{self.cores}c-{_slug(tier)}"
+        masked = f"-as-{self.masked_as}" if self.masked_as else ""
+        return f"{_family(self.cpu)}-{self.cores}c-{_slug(tier)}{masked}"
 
 
 def machine() -> Machine:
@@ -100,6 +112,9 @@ def machine() -> Machine:
             if sep and key.strip() not in fields:  # the first processor's
                 fields[key.strip()] = value.strip()
     flags = set((fields.get("flags") or fields.get("Features") or "").split())
+    masked_as = cpu_mask.masked()
+    if masked_as:
+        flags -= cpu_mask.HIDDEN_FLAGS
     cpu = fields.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
     try:
         cores = len(os.sched_getaffinity(0))
@@ -117,7 +132,7 @@ def machine() -> Machine:
             gpus = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     return Machine(cpu=cpu, cores=cores, arch=platform.machine(),
                    isa=tuple(name for flag, name in _ISA_FLAGS if flag in flags),
-                   torch=torch_version, aten=aten, gpus=gpus)
+                   torch=torch_version, aten=aten, gpus=gpus, masked_as=masked_as)
 
 
 def render(bench: str, tables: str | Sequence[str], *, command: Sequence[str] | str,
