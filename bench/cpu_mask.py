@@ -19,6 +19,14 @@ A bench calls :func:`add_argument` and, first thing after parsing, :func:`relaun
 user's cache) and replaces the process with the same command preloading it. In the masked
 process :func:`masked` names the profile (`bench.results.machine` reads it for the
 results' header and file name).
+
+Run as a script it runs any command so (`make test-cpus` runs the engine's tests in it)::
+
+    python bench/cpu_mask.py avx2 COMMAND [ARGS...]
+
+where the mask cannot be had (another OS or architecture, no ``cpuid_fault``, no C
+compiler) it says why and runs the command unmasked: the environment's limits
+(``ATEN_CPU_CAPABILITY``...) still hold the libraries that read them.
 """
 
 from __future__ import annotations
@@ -26,12 +34,13 @@ from __future__ import annotations
 import argparse
 import hashlib
 import os
+import shlex
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["HIDDEN_FLAGS", "PROFILES", "add_argument", "masked", "relaunch"]
+__all__ = ["HIDDEN_FLAGS", "PROFILES", "MaskUnavailable", "add_argument", "masked", "relaunch"]
 
 PROFILES = ("avx2",)
 """The CPUs a bench can pretend to be (one so far: what `cpuid_mask.c` hides)."""
@@ -49,6 +58,10 @@ _ENV = "ASSISTANT_BENCH_CPU_MASK"
 """Set in the relaunched process: the profile in force (and a guard against relaunching)."""
 
 _SOURCE = Path(__file__).resolve().parent / "cpuid_mask.c"
+
+
+class MaskUnavailable(RuntimeError):
+    """CPUID cannot be masked here; the message says why."""
 
 
 def add_argument(parser: argparse.ArgumentParser) -> None:
@@ -70,22 +83,30 @@ def relaunch(profile: str | None) -> None:
     when already under it, or when `profile` is None)."""
     if profile is None or masked() == profile:
         return
-    library = _compiled()
+    try:
+        library = _compiled()
+    except MaskUnavailable as e:
+        raise SystemExit(f"--as-cpu {profile}: {e}") from None
+    print(f"[cpu_mask] relaunching as an {profile.upper()} CPU ({library.name} preloaded)",
+          file=sys.stderr, flush=True)
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]],
+              _masked_env(profile, library))
+
+
+def _masked_env(profile: str, library: Path) -> dict[str, str]:
     env = dict(os.environ)
     env[_ENV] = profile
     env["LD_PRELOAD"] = " ".join(filter(None, (str(library), env.get("LD_PRELOAD"))))
-    print(f"[cpu_mask] relaunching as an {profile.upper()} CPU ({library.name} preloaded)",
-          file=sys.stderr, flush=True)
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+    return env
 
 
 def _compiled() -> Path:
     """``cpuid_mask.c`` built as a shared library, cached by its source's hash."""
     if sys.platform != "linux" or os.uname().machine != "x86_64":
-        raise SystemExit("--as-cpu needs Linux on x86-64 (CPUID faulting)")
+        raise MaskUnavailable("needs Linux on x86-64 (CPUID faulting)")
     if "cpuid_fault" not in _cpu_flags():
-        raise SystemExit("--as-cpu: this CPU or hypervisor does not offer CPUID faulting "
-                         "(no cpuid_fault in /proc/cpuinfo)")
+        raise MaskUnavailable("this CPU or hypervisor does not offer CPUID faulting (no "
+                              "cpuid_fault in /proc/cpuinfo)")
     source = _SOURCE.read_bytes()
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     library = cache / "assistant" / "bench" / f"cpuid_mask-{hashlib.sha256(source).hexdigest()[:12]}.so"
@@ -93,14 +114,14 @@ def _compiled() -> Path:
         return library
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
-        raise SystemExit("--as-cpu needs a C compiler (cc or gcc, or CC=...) to build "
-                         f"{_SOURCE.name}")
+        raise MaskUnavailable(f"needs a C compiler (cc or gcc, or CC=...) to build {_SOURCE.name}")
     library.parent.mkdir(parents=True, exist_ok=True)
     partial = library.with_suffix(f".{os.getpid()}.tmp")
-    done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(partial), str(_SOURCE)],
+    done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(partial), str(_SOURCE),
+                           "-ldl"],
                           capture_output=True, text=True)
     if done.returncode != 0:
-        raise SystemExit(f"--as-cpu: {compiler} could not build {_SOURCE.name}:\n{done.stderr}")
+        raise MaskUnavailable(f"{compiler} could not build {_SOURCE.name}:\n{done.stderr}")
     partial.replace(library)
     return library
 
@@ -115,3 +136,27 @@ def _cpu_flags() -> set[str]:
         if key.strip() == "flags":
             return set(value.split())
     return set()
+
+
+def main(argv: list[str]) -> None:
+    """``cpu_mask.py PROFILE COMMAND [ARGS...]``: run COMMAND as a PROFILE CPU (unmasked, with
+    a note, where that cannot be had)."""
+    if len(argv) < 2 or argv[0] not in PROFILES:
+        raise SystemExit(f"usage: cpu_mask.py {{{','.join(PROFILES)}}} COMMAND [ARGS...]")
+    profile, command = argv[0], argv[1:]
+    try:
+        env = _masked_env(profile, _compiled())
+        print(f"[cpu_mask] {shlex.join(command)}: CPUID answers as an {profile.upper()} CPU",
+              file=sys.stderr, flush=True)
+    except MaskUnavailable as e:
+        env = dict(os.environ)
+        print(f"[cpu_mask] CPUID not masked ({e}); running {shlex.join(command)} as it is",
+              file=sys.stderr, flush=True)
+    try:
+        os.execvpe(command[0], command, env)
+    except OSError as e:
+        raise SystemExit(f"cpu_mask.py: cannot run {command[0]}: {e}") from None
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

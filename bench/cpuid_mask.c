@@ -7,8 +7,10 @@
  * listing `cpuid_fault` in /proc/cpuinfo; the setting is inherited by threads and children
  * created after it). The fault arrives as SIGSEGV with si_code SI_KERNEL at the CPUID
  * instruction (0F A2); the handler lets CPUID run for itself, clears the bits, writes the
- * four registers into the interrupted context and steps over the instruction. Any other
- * SIGSEGV is given back to the default action, so a real crash still crashes.
+ * four registers into the interrupted context and steps over the instruction. The handler
+ * has to stay installed: sigaction() and signal() for SIGSEGV are wrapped here, so a
+ * handler the program installs (Python's faulthandler, pytest's) is recorded and called for
+ * every other SIGSEGV, and a real crash still crashes the way it would have.
  *
  * Bits cleared (Intel SDM vol. 2A, CPUID leaf 07H; AMD APM vol. 3, appendix E):
  *   leaf 7.0 EBX: AVX512F 16, DQ 17, IFMA 21, PF 26, ER 27, CD 28, BW 30, VL 31
@@ -21,6 +23,7 @@
 #define _GNU_SOURCE
 #include <asm/prctl.h>
 #include <cpuid.h>
+#include <dlfcn.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,7 +32,11 @@
 #include <ucontext.h>
 #include <unistd.h>
 
+typedef int (*sigaction_fn)(int, const struct sigaction *, struct sigaction *);
+
 static volatile unsigned long answered;
+static sigaction_fn real_sigaction;
+static struct sigaction program_action; /* the program's SIGSEGV action, SIG_DFL at first */
 
 static void hide(unsigned leaf, unsigned sub, unsigned *a, unsigned *b, unsigned *c,
                  unsigned *d) {
@@ -45,7 +52,6 @@ static void hide(unsigned leaf, unsigned sub, unsigned *a, unsigned *b, unsigned
 }
 
 static void on_segv(int sig, siginfo_t *info, void *context) {
-  (void)sig;
   greg_t *regs = ((ucontext_t *)context)->uc_mcontext.gregs;
   const unsigned char *ip = (const unsigned char *)regs[REG_RIP];
   if (info->si_code == SI_KERNEL && ip[0] == 0x0f && ip[1] == 0xa2) {
@@ -62,17 +68,52 @@ static void on_segv(int sig, siginfo_t *info, void *context) {
     answered++;
     return;
   }
-  signal(SIGSEGV, SIG_DFL); /* returning re-runs the faulting instruction: a real crash */
+  /* Not a CPUID: what the program asked for. */
+  if (program_action.sa_flags & SA_SIGINFO) {
+    program_action.sa_sigaction(sig, info, context);
+  } else if (program_action.sa_handler != SIG_DFL && program_action.sa_handler != SIG_IGN) {
+    program_action.sa_handler(sig);
+  } else {
+    struct sigaction fallback;
+    memset(&fallback, 0, sizeof fallback);
+    fallback.sa_handler = SIG_DFL;
+    real_sigaction(SIGSEGV, &fallback, NULL); /* returning re-runs the fault: it crashes */
+  }
 }
 
-__attribute__((constructor)) static void start(void) {
+static int install(void) {
   struct sigaction action;
   memset(&action, 0, sizeof action);
   action.sa_sigaction = on_segv;
-  action.sa_flags = SA_SIGINFO;
+  action.sa_flags = SA_SIGINFO | SA_ONSTACK;
   sigemptyset(&action.sa_mask);
-  if (sigaction(SIGSEGV, &action, NULL) != 0 ||
-      syscall(SYS_arch_prctl, ARCH_SET_CPUID, 0) != 0) {
+  return real_sigaction(SIGSEGV, &action, NULL);
+}
+
+/* The program's view of SIGSEGV: its own action, ours stays underneath. */
+int sigaction(int sig, const struct sigaction *act, struct sigaction *old) {
+  if (!real_sigaction) real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+  if (sig != SIGSEGV) return real_sigaction(sig, act, old);
+  if (old) *old = program_action;
+  if (act) program_action = *act;
+  return 0;
+}
+
+sighandler_t signal(int sig, sighandler_t handler) {
+  struct sigaction act, old;
+  memset(&act, 0, sizeof act);
+  act.sa_handler = handler;
+  act.sa_flags = SA_RESTART;
+  sigemptyset(&act.sa_mask);
+  if (sigaction(sig, &act, &old) != 0) return SIG_ERR;
+  return (old.sa_flags & SA_SIGINFO) ? (sighandler_t)old.sa_sigaction : old.sa_handler;
+}
+
+__attribute__((constructor)) static void start(void) {
+  real_sigaction = (sigaction_fn)dlsym(RTLD_NEXT, "sigaction");
+  memset(&program_action, 0, sizeof program_action);
+  program_action.sa_handler = SIG_DFL;
+  if (!real_sigaction || install() != 0 || syscall(SYS_arch_prctl, ARCH_SET_CPUID, 0) != 0) {
     fprintf(stderr, "cpuid_mask: this CPU or kernel cannot make CPUID fault "
                     "(no cpuid_fault in /proc/cpuinfo?)\n");
     _exit(3);

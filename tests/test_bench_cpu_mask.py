@@ -19,12 +19,14 @@ ROOT = Path(__file__).resolve().parent.parent
 EPYC = dict(cpu="AMD EPYC", cores=2, arch="x86_64", torch="2.13.0")
 
 PROBE = """
-import json, sys
+import faulthandler, json, sys
 sys.path.insert(0, "bench")
 import cpu_mask
 cpu_mask.relaunch(sys.argv[1] if len(sys.argv) > 1 else None)
+faulthandler.enable()  # a SIGSEGV handler of the program's own, as pytest installs
 import torch, onnxruntime
 from results import machine
+torch.softmax(torch.randn(4, 64), -1)  # SLEEF asks CPUID only now, under that handler
 host = machine()
 print(json.dumps({"aten": torch.backends.cpu.get_cpu_capability(),
                   "vnni": torch.cpu._is_vnni_supported(),
@@ -81,3 +83,26 @@ def test_relaunched_under_the_mask_torch_runs_its_avx2_kernels(tmp_path: Path) -
     assert list(tmp_path.glob("assistant/bench/cpuid_mask-*.so"))  # built once, cached
     if "AVX-512" in runs[False]["isa"]:  # the mask changed what torch saw
         assert runs[False]["aten"] == "AVX512"
+
+
+CRASH = """
+import ctypes, faulthandler, sys
+sys.path.insert(0, "bench")
+import cpu_mask
+cpu_mask.relaunch("avx2")
+faulthandler.enable()
+import torch
+print(torch.backends.cpu.get_cpu_capability(), flush=True)
+ctypes.string_at(0)  # a real SIGSEGV
+"""
+
+
+@pytest.mark.skipif(not _has_cpuid_faulting(),
+                    reason="needs Linux x86-64 with cpuid_fault and a C compiler")
+def test_a_real_crash_under_the_mask_still_reaches_the_programs_handler(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": str(tmp_path), "HOME": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", CRASH], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "AVX2"
+    assert done.returncode == -11  # SIGSEGV, as without the mask
+    assert "Fatal Python error: Segmentation fault" in done.stderr  # faulthandler's report
