@@ -43,6 +43,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import cpu_mask
 from human_speech import human_recordings
 from loop_human import ROOM_DBFS, human_report, run_all, stage_rows
 from loop_interruptions import STORY, interruption_bench
@@ -188,7 +189,9 @@ def main() -> int:
                         help="with --human: a copy of the pocketsphinx 5.1.1 sdist on disk "
                              "instead of fetching it")
     add_no_write(parser)
+    cpu_mask.add_argument(parser)
     args = parser.parse_args()
+    cpu_mask.relaunch(args.as_cpu)
     base = load_config(default_config_path(), env={})
     # Every set of models is closed at the end: left open (the engine's thread running)
     # they made nanobind print a leak report for a soxr resampler at exit.

@@ -165,12 +165,16 @@ def write_results(bench: str, tables: str | Sequence[str], *, command: Sequence[
                   date: datetime | None = None) -> Path:
     """Replace ``<root>/<bench>.md`` (root: ``bench/results``) with this run's ``tables``
     (Markdown blocks: tables, text, :func:`fenced` output) under the machine, the date and
-    ``command`` (``sys.orig_argv`` for the exact command line). Returns the path."""
+    ``command`` (``sys.orig_argv`` for the exact command line); a run as another CPU
+    (`cpu_mask`) writes ``<bench>-as-<cpu>.md``. Returns the path."""
     if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", bench):
         raise ValueError(f"bench name {bench!r}: lowercase letters, digits, '.' and '-' only")
+    host = host or machine()
+    if host.masked_as and not bench.endswith(f"-as-{host.masked_as}"):
+        bench += f"-as-{host.masked_as}"  # a masked run never replaces the machine's own
     path = (root or RESULTS_DIR) / f"{bench}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = render(bench, tables, command=command, host=host or machine(),
+    text = render(bench, tables, command=command, host=host,
                   date=date or datetime.now(timezone.utc), notes=notes)
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(text, encoding="utf-8")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench import cpu_mask
-from bench.results import Machine, machine
+from bench.results import Machine, machine, write_results
 
 ROOT = Path(__file__).resolve().parent.parent
 EPYC = dict(cpu="AMD EPYC", cores=2, arch="x86_64", torch="2.13.0")
@@ -47,6 +47,17 @@ def test_a_masked_machine_lists_what_the_libraries_saw_and_names_its_own_file() 
     assert real.slug() == "amd-epyc-2c-avx512-bf16"
     assert as_avx2.slug() == "amd-epyc-2c-avx2-as-avx2"  # never a real AVX2 machine's file
     assert "CPUID masked" in as_avx2.describe() and "CPUID" not in real.describe()
+
+
+def test_a_masked_run_never_replaces_the_machines_own_results(tmp_path: Path) -> None:
+    as_avx2 = Machine(**EPYC, isa=("AVX2",), aten="AVX2", masked_as="avx2")
+    loop = write_results("loop-human", "| a |", command="bench_loop.py --human --as-cpu avx2",
+                         root=tmp_path, host=as_avx2)
+    engine = write_results(f"engine-{as_avx2.slug()}", "| a |", command="bench_engine.py",
+                           root=tmp_path, host=as_avx2)
+    assert [loop.name, engine.name] == ["loop-human-as-avx2.md",
+                                        "engine-amd-epyc-2c-avx2-as-avx2.md"]
+    assert "CPUID masked" in loop.read_text()
 
 
 def test_the_flags_hidden_are_the_ones_the_c_file_clears() -> None:

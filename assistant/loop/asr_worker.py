@@ -7,6 +7,7 @@ through ``post`` as the frozen events below.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -224,16 +225,18 @@ class AsrWorker(Worker):
 
     def audio_score(self, utt_id: int, pause: int) -> None:
         """Ask the audio end-of-turn model about the utterance's audio so far (its
-        speech and the pause's silence); posts :class:`AsrAudioScore`. Nothing without
-        a model, or for a 16 kHz-only model at another rate."""
+        speech and the pause's silence); posts :class:`AsrAudioScore`, NaN (no answer)
+        without a model, for a 16 kHz-only model at another rate, or for an utterance
+        already gone: the pause that asked waits for an answer."""
         model = self.end_model
         if model is None or self.sample_rate != 16000:
+            self.post(AsrAudioScore(utt_id, pause, math.nan))
             return
 
         def command() -> None:
             utt = self._utts.get(utt_id)
-            if utt is not None:
-                self.post(AsrAudioScore(utt_id, pause, model.p_complete(utt.samples())))
+            p = model.p_complete(utt.samples()) if utt is not None else math.nan
+            self.post(AsrAudioScore(utt_id, pause, p))
         self.submit(command)
 
     def interim(self, utt_id: int) -> None:

@@ -7,8 +7,12 @@ transcript decoded at a silence's onset, before it counts as a pause (the end of
 request has no pause before it: its draft starts as the speech stops). With the semantic
 end of turn, the speculation's P(the sentence ends here) and, with the audio model on,
 the pause's P(complete) set how much silence ends the pause
-(:func:`~assistant.turns.end_of_turn.endpoint_silence_ms`). At the end of the turn the
-live speculation is handed to the response, which adopts or drops it.
+(:func:`~assistant.turns.end_of_turn.endpoint_silence_ms`). While the audio model's
+answer for the pause is still to come, the pause lasts the fixed silence at the least: a
+text score that comes first ("he was not an ill disposed young man," reads as finished)
+must not end the turn before the voice is heard (the reader's comma), whichever model
+is quicker on this machine. At the end of the turn the live speculation is handed to the
+response, which adopts or drops it.
 
 Pure and synchronous like the manager: each method appends the actions it implies to the
 caller's list. The manager decides *when* (which state the floor is in); this object keeps
@@ -44,6 +48,8 @@ class PauseEvidence:
         """The live speculation's P(the sentence ends here), once scored."""
         self._audio_p: float | None = None
         """The audio model's P(complete) at the current pause (numbered by `_pauses`)."""
+        self._audio_pending = False
+        """The current pause asked the audio model, which has not answered yet."""
         self._pauses = 0
         self._in_pause = False
         self._spec_paused = False
@@ -81,7 +87,8 @@ class PauseEvidence:
         self._in_pause = self._spec_paused = True
         if self._speculate:
             out.append(RequestPartial())
-        if self._options.uses_audio:
+        self._audio_pending = self._options.uses_audio
+        if self._audio_pending:
             out.append(RequestAudioScore(self._pauses))
         if self._options.semantic:
             # A score that comes late (a slow transcript) may lengthen or shorten the
@@ -91,7 +98,7 @@ class PauseEvidence:
     def speech_resumed(self) -> None:
         """The user went on: the pause's audio score no longer applies."""
         self._audio_p = None
-        self._in_pause = False
+        self._audio_pending = self._in_pause = False
 
     def partial(self, heard: str, text: str, out: list[TurnAction]) -> None:
         """The pause's partial transcript `heard`; `text` is the whole turn's so far."""
@@ -144,9 +151,19 @@ class PauseEvidence:
         if pause != self._pauses:
             return False
         self._audio_p = p_complete
+        self._audio_pending = False
         if self._options.semantic:
             self._set_silence(self._score, out)
         return True
+
+    def audio_unused(self, pause: int, out: list[TurnAction]) -> None:
+        """The audio model answered for pause number `pause`, and its answer does not
+        apply (the turn's pause is decided on other rules: speech over the reply): the
+        pause no longer waits for it."""
+        if pause == self._pauses and self._audio_pending:
+            self._audio_pending = False
+            if self._options.semantic:
+                self._set_silence(self._score, out)
 
     def hand_over(self) -> int | None:
         """The turn ended: the live speculation (now the response's to adopt or drop),
@@ -161,6 +178,7 @@ class PauseEvidence:
         self.text = ""
         self._score = None
         self._audio_p = None
+        self._audio_pending = False
         self._least_ms = 0
         self._in_pause = self._spec_paused = False
 
@@ -176,4 +194,6 @@ class PauseEvidence:
         silence = endpoint_silence_ms(p_end, self._options, self.text, self._audio_p)
         if not self.text or self._options.is_short(self.text):
             silence = max(silence, self._least_ms)
+        if self._audio_pending and self._options.uses_audio:
+            silence = max(silence, self._options.fallback_ms)  # until the voice is heard
         out.append(SetEndOfTurnSilence(silence, p_end, self._audio_p))

@@ -232,9 +232,11 @@ class TurnManager(OverReply):
         self._evidence.scored(ev.spec_id, ev.p_end, paused=self._paused, out=out)
 
     def _on_audio_completeness(self, ev: AudioCompleteness, out: list[TurnAction]) -> None:
-        if not self._paused or self._state is not State.USER_SPEAKING \
-                or self.hears_over_reply:
+        if not self._paused or self._state is not State.USER_SPEAKING:
             return  # the user went on, or not the user's turn
+        if self.hears_over_reply:
+            self._evidence.audio_unused(ev.pause, out)  # speech over the reply: its rules
+            return
         self._evidence.audio_scored(ev.pause, ev.p_complete, out)
 
     def _on_final(self, ev: FinalTranscript, out: list[TurnAction]) -> None:

@@ -240,9 +240,11 @@ def test_each_pause_asks_the_audio_model_and_its_answer_sets_the_silence() -> No
     assert tm.handle(ShortPause(1200)) == [RequestPartial(), RequestAudioScore(1),
                                            SetEndOfTurnSilence(550, None)]
     tm.handle(PartialTranscript(1210, "my sister and I were thinking about"))
-    # The words alone could end a sentence ...
-    assert tm.handle(TurnCompleteness(1230, 1, 0.09)) == [SetEndOfTurnSilence(250, 0.09)]
-    # ... the voice says they do not: the pause waits.
+    # The words alone could end a sentence, but the voice is not heard yet: the pause
+    # lasts the fixed silence at the least until it is (on a slow CPU the audio model
+    # answers after the text one: its say must not depend on that) ...
+    assert tm.handle(TurnCompleteness(1230, 1, 0.09)) == [SetEndOfTurnSilence(550, 0.09)]
+    # ... and the voice says they do not end it: the pause waits.
     assert tm.handle(AudioCompleteness(1250, 1, 0.02)) == [
         SetEndOfTurnSilence(1000, 0.09, 0.02)]
     # A text score coming after the audio one keeps the audio model's say.
@@ -251,6 +253,22 @@ def test_each_pause_asks_the_audio_model_and_its_answer_sets_the_silence() -> No
     tm.handle(PartialTranscript(2610, "my sister and I were thinking about visiting"))
     assert tm.handle(AudioCompleteness(2620, 2, 0.3)) == [SetEndOfTurnSilence(1000, None, 0.3)]
     assert tm.handle(TurnCompleteness(2640, 2, 0.5)) == [SetEndOfTurnSilence(1000, 0.5, 0.3)]
+
+
+def test_a_finished_sentence_waits_for_the_voice_then_ends_by_the_text_rule() -> None:
+    """Whichever model answers first: a finished sentence ends at the short silence once
+    the voice agrees (the hold costs the audio model's answer time, no more)."""
+    tm = audio_tm()
+    tm.handle(SpeechStarted(0))
+    tm.handle(ShortPause(1200))
+    tm.handle(PartialTranscript(1210, "what time is it in Tokyo"))
+    assert tm.handle(TurnCompleteness(1230, 1, 0.9)) == [SetEndOfTurnSilence(550, 0.9)]
+    assert tm.handle(AudioCompleteness(1260, 1, 0.8)) == [SetEndOfTurnSilence(250, 0.9, 0.8)]
+    # The next pause waits for its own answer again; going on drops the wait.
+    tm.handle(SpeechResumed(1400))
+    tm.handle(ShortPause(2000))
+    tm.handle(PartialTranscript(2010, "what time is it in Tokyo and Lima"))
+    assert tm.handle(TurnCompleteness(2030, 2, 0.9)) == [SetEndOfTurnSilence(550, 0.9)]
 
 
 def test_a_finished_sounding_pause_keeps_the_text_rule() -> None:

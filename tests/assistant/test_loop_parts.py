@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import threading
 import typing
 from pathlib import Path
@@ -14,7 +15,13 @@ import pytest
 
 from assistant.loop import event_log as log
 from assistant.loop import log_codec as codec
-from assistant.loop.asr_worker import AsrFinal, AsrPartial, AsrPreview, AsrWorker
+from assistant.loop.asr_worker import (
+    AsrAudioScore,
+    AsrFinal,
+    AsrPartial,
+    AsrPreview,
+    AsrWorker,
+)
 from assistant.loop.metrics import compute_metrics, percentile
 from assistant.loop.playback import ReplyPlayback
 from assistant.loop.tts_worker import Presynthesized, SpeechChunk, TtsWorker
@@ -343,6 +350,43 @@ def test_a_decode_prepared_at_a_pause_onset_posts_nothing_and_is_the_preview() -
         assert [type(p) for p in posted] == [AsrPreview]
     finally:
         w.close()
+
+
+class _HalfSure:
+    """An audio end-of-turn model that hears every pause as a coin toss."""
+
+    def p_complete(self, samples: np.ndarray) -> float:
+        return 0.5 if samples.size else 0.0
+
+
+def test_every_audio_score_asked_for_is_answered() -> None:
+    """A pause waits for the audio model's answer (`PauseEvidence`), so the worker gives
+    one every time: the model's, or NaN where it has none to give (an utterance already
+    gone, no model, a model of another rate)."""
+    posted: list[object] = []
+    w = AsrWorker(CountingTranscriber(), StreamingASROptions(  # type: ignore[arg-type]
+        partial_interval_ms=10_000), posted.append, sample_rate=16000,
+        end_model=_HalfSure())  # type: ignore[arg-type]
+    try:
+        w.open(1, np.zeros(16000, np.float32), 0)
+        w.audio_score(1, 1)
+        w.audio_score(7, 2)  # never opened
+        w.idle().result(timeout=5)
+    finally:
+        w.close()
+    for model, rate in ((None, 16000), (_HalfSure(), 48000)):
+        w = AsrWorker(CountingTranscriber(), StreamingASROptions(  # type: ignore[arg-type]
+            partial_interval_ms=10_000), posted.append, sample_rate=rate,
+            end_model=model)  # type: ignore[arg-type]
+        try:
+            w.open(3, np.zeros(rate, np.float32), 0)
+            w.audio_score(3, 4)
+            w.idle().result(timeout=5)
+        finally:
+            w.close()
+    scores = [(p.utt_id, p.pause, p.p_complete) for p in posted if isinstance(p, AsrAudioScore)]
+    assert [s[:2] for s in scores] == [(1, 1), (7, 2), (3, 4), (3, 4)]
+    assert scores[0][2] == 0.5 and all(math.isnan(s[2]) for s in scores[1:])
 
 
 def test_display_partials_are_glances() -> None:
