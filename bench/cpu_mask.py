@@ -110,20 +110,32 @@ def _compiled() -> Path:
     source = _SOURCE.read_bytes()
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     library = cache / "assistant" / "bench" / f"cpuid_mask-{hashlib.sha256(source).hexdigest()[:12]}.so"
-    if library.exists():
-        return library
+    if not library.exists():
+        _build(library)
+    # The kernel may still refuse (a hypervisor that lists cpuid_fault and does not do
+    # it): the library then stops the process it is loaded into, so try it on one first.
+    tried = subprocess.run([sys.executable, "-S", "-c", ""],
+                           env={**os.environ, "LD_PRELOAD": str(library)},
+                           capture_output=True, text=True)
+    if tried.returncode != 0:
+        raise MaskUnavailable(tried.stderr.strip() or f"{library.name} refused to load")
+    return library
+
+
+def _build(library: Path) -> None:
     compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if compiler is None:
         raise MaskUnavailable(f"needs a C compiler (cc or gcc, or CC=...) to build {_SOURCE.name}")
-    library.parent.mkdir(parents=True, exist_ok=True)
     partial = library.with_suffix(f".{os.getpid()}.tmp")
-    done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(partial), str(_SOURCE),
-                           "-ldl"],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        raise MaskUnavailable(f"{compiler} could not build {_SOURCE.name}:\n{done.stderr}")
-    partial.replace(library)
-    return library
+    try:
+        library.parent.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run([compiler, "-O2", "-shared", "-fPIC", "-o", str(partial),
+                               str(_SOURCE), "-ldl"], capture_output=True, text=True)
+        if done.returncode != 0:
+            raise MaskUnavailable(f"{compiler} could not build {_SOURCE.name}:\n{done.stderr}")
+        partial.replace(library)
+    except OSError as e:
+        raise MaskUnavailable(f"cannot build {_SOURCE.name} into {library.parent}: {e}") from e
 
 
 def _cpu_flags() -> set[str]:

@@ -117,3 +117,20 @@ def test_a_real_crash_under_the_mask_still_reaches_the_programs_handler(tmp_path
     assert done.stdout.strip() == "AVX2"
     assert done.returncode == -11  # SIGSEGV, as without the mask
     assert "Fatal Python error: Segmentation fault" in done.stderr  # faulthandler's report
+
+
+def test_where_the_mask_cannot_be_had_the_command_runs_as_it_is(tmp_path: Path) -> None:
+    """`make test-cpus` runs in `cpu_mask.py`: a machine that cannot mask CPUID (here: no
+    cache to build into) still runs the tests, unmasked, and says so."""
+    env = {"PATH": "/usr/bin:/bin", "XDG_CACHE_HOME": "/proc/nonexistent",
+           "HOME": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "bench/cpu_mask.py", "avx2", sys.executable, "-c",
+         "import os; print(os.environ.get('ASSISTANT_BENCH_CPU_MASK'))"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "None"
+    assert "CPUID not masked" in done.stderr
+    usage = subprocess.run([sys.executable, "bench/cpu_mask.py", "avx512"], cwd=ROOT,
+                           capture_output=True, text=True, timeout=60)
+    assert usage.returncode != 0 and "usage" in usage.stderr
