@@ -106,7 +106,8 @@ class VadConfig(Section):
     """Semantic: `semantic_p_complete` for a short request (the model is least sure that
     a short request is complete: "Thanks", "Five, five")."""
     smart_turn: bool = True
-    """Semantic mode: also ask the audio model (models.smart_turn) at each pause."""
+    """Semantic mode: also ask the audio model (models.smart_turn) at each pause; the pause
+    waits for its answer (at most `end_of_turn_ms`) before a text score ends the turn."""
     smart_turn_wait_ms: int = Field(1000, gt=0)
     """Semantic mode: the least silence that ends a turn the audio model calls unfinished."""
     smart_turn_wait_short_ms: int = Field(600, ge=0)
