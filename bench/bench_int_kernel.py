@@ -224,8 +224,7 @@ class OrtExactCall(OrtCall):
     def linear(self, x: torch.Tensor) -> torch.Tensor:
         y = super().linear(x)
         sums = x.view(x.shape[0], self.rest.shape[0], BLOCK).sum(-1, dtype=torch.float32)
-        return y.addmm_(sums.to(y.dtype), self.rest.to(y.dtype)) if y.dtype != torch.float32 \
-            else y.addmm_(sums, self.rest)
+        return y.addmm_(sums.to(y.dtype), self.rest.to(y.dtype))  # no copy in float32
 
 
 def mlas_qnbit_path(flags: set[str]) -> str:
@@ -501,8 +500,8 @@ def cpu_header() -> tuple[str, set[str]]:
                 break
     except OSError:
         pass
+    flags = cpu_mask.visible_flags(flags)
     if cpu_mask.masked():
-        flags -= cpu_mask.HIDDEN_FLAGS
         model += f" (run as an {cpu_mask.masked()} CPU: bench/cpu_mask.py)"
     shown = [f for f in ("avx2", "avx_vnni", "avx512f", "avx512_vnni", "avx512_bf16",
                          "amx_tile", "amx_int8", "amx_bf16") if f in flags]

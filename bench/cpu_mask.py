@@ -40,7 +40,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["HIDDEN_FLAGS", "PROFILES", "MaskUnavailable", "add_argument", "masked", "relaunch"]
+__all__ = ["HIDDEN_FLAGS", "PROFILES", "MaskUnavailable", "add_argument", "masked", "relaunch",
+           "visible_flags"]
 
 PROFILES = ("avx2",)
 """The CPUs a bench can pretend to be (one so far: what `cpuid_mask.c` hides)."""
@@ -76,6 +77,12 @@ def add_argument(parser: argparse.ArgumentParser) -> None:
 def masked() -> str | None:
     """The profile this process runs under, None when unmasked."""
     return os.environ.get(_ENV) or None
+
+
+def visible_flags(flags: set[str]) -> set[str]:
+    """The /proc/cpuinfo ``flags`` as this process's libraries see them: without the hidden
+    ones under a mask."""
+    return flags - HIDDEN_FLAGS if masked() else flags
 
 
 def relaunch(profile: str | None) -> None:

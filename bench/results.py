@@ -111,10 +111,7 @@ def machine() -> Machine:
             key, sep, value = line.partition(":")
             if sep and key.strip() not in fields:  # the first processor's
                 fields[key.strip()] = value.strip()
-    flags = set((fields.get("flags") or fields.get("Features") or "").split())
-    masked_as = cpu_mask.masked()
-    if masked_as:
-        flags -= cpu_mask.HIDDEN_FLAGS
+    flags = cpu_mask.visible_flags(set((fields.get("flags") or fields.get("Features") or "").split()))
     cpu = fields.get("model name") or platform.processor() or platform.machine() or "unknown CPU"
     try:
         cores = len(os.sched_getaffinity(0))
@@ -132,7 +129,7 @@ def machine() -> Machine:
             gpus = tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
     return Machine(cpu=cpu, cores=cores, arch=platform.machine(),
                    isa=tuple(name for flag, name in _ISA_FLAGS if flag in flags),
-                   torch=torch_version, aten=aten, gpus=gpus, masked_as=masked_as)
+                   torch=torch_version, aten=aten, gpus=gpus, masked_as=cpu_mask.masked())
 
 
 def render(bench: str, tables: str | Sequence[str], *, command: Sequence[str] | str,

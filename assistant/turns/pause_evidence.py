@@ -151,9 +151,7 @@ class PauseEvidence:
         if pause != self._pauses:
             return False
         self._audio_p = p_complete
-        self._audio_pending = False
-        if self._options.semantic:
-            self._set_silence(self._score, out)
+        self._audio_answered(out)
         return True
 
     def audio_unused(self, pause: int, out: list[TurnAction]) -> None:
@@ -161,9 +159,12 @@ class PauseEvidence:
         apply (the turn's pause is decided on other rules: speech over the reply): the
         pause no longer waits for it."""
         if pause == self._pauses and self._audio_pending:
-            self._audio_pending = False
-            if self._options.semantic:
-                self._set_silence(self._score, out)
+            self._audio_answered(out)
+
+    def _audio_answered(self, out: list[TurnAction]) -> None:
+        self._audio_pending = False
+        if self._options.semantic:
+            self._set_silence(self._score, out)
 
     def hand_over(self) -> int | None:
         """The turn ended: the live speculation (now the response's to adopt or drop),
