@@ -5,12 +5,19 @@ converted directory loads in well under a second. The conversion is atomic: it i
 written to a temporary directory beside the target and renamed into place only when
 complete, under a file lock, so a killed conversion never leaves a half directory that
 a later run would load.
+
+The cache is keyed by the GGUF's contents, not its path or modification time: every
+install of the same model package (a new virtual environment, a reinstall, each fresh CI
+clone) shares one conversion, where a path-and-mtime key left a new 500 MB directory
+behind each time. A new conversion removes the ones it supersedes (same model name, made
+from this same file path or from a file that is gone) and their quantized weight files.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
+import re
 import shutil
 import sys
 import tempfile
@@ -19,16 +26,21 @@ from pathlib import Path
 
 from assistant.app.errors import UserError
 
-__all__ = ["converted_dir_for", "convert_gguf", "COMPLETE_MARKER"]
+__all__ = ["converted_dir_for", "convert_gguf", "prune_superseded", "COMPLETE_MARKER",
+           "WEIGHTS_SUBDIR"]
 
 COMPLETE_MARKER = ".conversion-complete"
+"""Written last into a finished conversion; holds the source GGUF's resolved path."""
+
+WEIGHTS_SUBDIR = "weights"
+"""The engine's quantized weight files for a conversion live here, named after it."""
 
 
 def converted_dir_for(gguf: Path, cache: Path) -> Path:
-    """Cache location keyed by the GGUF's name, size and modification time."""
-    stat = gguf.stat()
-    key = f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+    """Cache location keyed by the GGUF's name and a digest of its contents
+    (about 50 ms for the 98 MB default model)."""
+    with open(gguf, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()[:12]
     return cache / f"{gguf.stem}-{digest}"
 
 
@@ -57,7 +69,7 @@ def convert_gguf(
         tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=cache))
         try:
             _convert_into(gguf, tmp, show_bar=sys.stderr.isatty() if show_bar is None else show_bar)
-            (tmp / COMPLETE_MARKER).write_text(str(gguf) + "\n")
+            (tmp / COMPLETE_MARKER).write_text(str(gguf.resolve()) + "\n")
             if target.exists():  # a stale, incomplete directory from an older layout
                 shutil.rmtree(target)
             tmp.rename(target)
@@ -65,7 +77,35 @@ def convert_gguf(
             shutil.rmtree(tmp, ignore_errors=True)
             raise
         say(f"Converted {gguf.name}.")
+        for gone in prune_superseded(target, gguf):
+            say(f"Removed {gone.name} from the cache (an older conversion of {gguf.name}).")
     return target
+
+
+def prune_superseded(target: Path, gguf: Path) -> list[Path]:
+    """Remove the conversions `target` (just made from `gguf`) supersedes: those of the
+    same model name whose recorded source is `gguf`'s path (the file has changed since) or
+    no longer exists. Conversions of other files still on disk are kept. Returns the
+    removed directories."""
+    cache = target.parent
+    source = str(gguf.resolve())
+    pattern = re.compile(re.escape(gguf.stem) + r"-[0-9a-f]{12}")
+    removed = []
+    for other in sorted(cache.iterdir()):
+        if other == target or not other.is_dir() or not pattern.fullmatch(other.name):
+            continue
+        try:
+            recorded = (other / COMPLETE_MARKER).read_text().strip()
+        except OSError:
+            continue  # unfinished or foreign: another process may be writing it
+        if recorded != source and Path(recorded).exists():
+            continue
+        shutil.rmtree(other, ignore_errors=True)
+        (cache / (other.name + ".lock")).unlink(missing_ok=True)
+        for weights in (cache / WEIGHTS_SUBDIR).glob(other.name + "-*.safetensors"):
+            weights.unlink(missing_ok=True)
+        removed.append(other)
+    return removed
 
 
 def _convert_into(gguf: Path, out: Path, *, show_bar: bool) -> None:

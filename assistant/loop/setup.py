@@ -119,6 +119,7 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
              ) -> tuple[LLMBackend, TokenizerLike, Engine | None]:
     """The configured LLM backend, its tokenizer, and the local engine (None on vLLM,
     whose servers must serve ``models.llm``: the local copy gives the tokenizer)."""
+    from assistant.app.llm_convert import WEIGHTS_SUBDIR
     from assistant.app.models import cache_dir, resolve_llm
     from engine import Engine
 
@@ -152,7 +153,7 @@ def load_llm(cfg: AppConfig, *, progress: Callable[[str], None] | None = None
                          num_pages=e.num_pages, max_batch=e.max_batch,
                          prefill_chunk=e.prefill_chunk, weights=weights,
                          dense_prefill=e.dense_prefill, cuda_graphs=e.cuda_graphs,
-                         cache_dir=cache_dir(cfg) / "weights")
+                         cache_dir=cache_dir(cfg) / WEIGHTS_SUBDIR)
     return LocalBackend(engine), engine.tokenizer, engine
 
 

@@ -10,7 +10,13 @@ import pytest
 from assistant.app import models
 from assistant.app.config import AppConfig, load_config
 from assistant.app.errors import ModelNotFoundError, UserError
-from assistant.app.llm_convert import COMPLETE_MARKER, convert_gguf, converted_dir_for
+from assistant.app.llm_convert import (
+    COMPLETE_MARKER,
+    WEIGHTS_SUBDIR,
+    convert_gguf,
+    converted_dir_for,
+    prune_superseded,
+)
 
 
 def cfg_with(tmp_path: Path, text: str) -> AppConfig:
@@ -102,3 +108,60 @@ def test_completed_conversion_is_reused_without_work(tmp_path: Path, llm_dir: Pa
     calls: list[str] = []
     assert convert_gguf(gguf, cache, progress=calls.append) == llm_dir
     assert calls == []  # nothing converted, nothing announced
+
+
+def test_reinstalled_model_shares_one_conversion(tmp_path: Path, llm_dir: Path) -> None:
+    """A reinstall (another path, a new mtime, same bytes) reuses the conversion: a
+    path-and-mtime key made a new 500 MB directory per virtual environment."""
+    gguf = models.resolve_llm_source(AppConfig())
+    elsewhere = tmp_path / "another-venv" / gguf.name
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(gguf.read_bytes())
+    assert elsewhere.stat().st_mtime_ns != gguf.stat().st_mtime_ns
+    calls: list[str] = []
+    assert convert_gguf(elsewhere, llm_dir.parent, progress=calls.append) == llm_dir
+    assert calls == []
+
+
+def test_changed_contents_get_a_new_key(tmp_path: Path) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF one")
+    first = converted_dir_for(gguf, tmp_path)
+    gguf.write_bytes(b"GGUF two")
+    assert converted_dir_for(gguf, tmp_path) != first
+    assert first.name.startswith("m-")
+
+
+def _conversion(cache: Path, name: str, source: Path | None) -> Path:
+    d = cache / name
+    d.mkdir(parents=True)
+    if source is not None:
+        (d / COMPLETE_MARKER).write_text(str(source) + "\n")
+    (cache / (name + ".lock")).touch()
+    weights = cache / WEIGHTS_SUBDIR
+    weights.mkdir(exist_ok=True)
+    (weights / f"{name}-0123456789ab-int4.safetensors").write_bytes(b"w")
+    return d
+
+
+def test_new_conversion_prunes_only_what_it_supersedes(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    gguf = tmp_path / "pkg" / "m.gguf"
+    other_file = tmp_path / "elsewhere" / "m.gguf"
+    for f in (gguf, other_file):
+        f.parent.mkdir()
+        f.write_bytes(b"GGUF")
+    target = _conversion(cache, "m-aaaaaaaaaaaa", gguf)
+    same_path = _conversion(cache, "m-bbbbbbbbbbbb", gguf)  # this file, before it changed
+    gone = _conversion(cache, "m-cccccccccccc", tmp_path / "deleted-venv" / "m.gguf")
+    kept = _conversion(cache, "m-dddddddddddd", other_file)  # another install, still there
+    unfinished = _conversion(cache, "m-eeeeeeeeeeee", None)  # maybe being written now
+    another_model = _conversion(cache, "n-ffffffffffff", tmp_path / "deleted-venv" / "n.gguf")
+
+    assert prune_superseded(target, gguf) == [same_path, gone]
+
+    left = sorted(p.name for p in cache.iterdir() if p.is_dir() and p.name != WEIGHTS_SUBDIR)
+    assert left == [target.name, kept.name, unfinished.name, another_model.name]
+    assert not (cache / (gone.name + ".lock")).exists()
+    weights = sorted(p.name.split("-0123")[0] for p in (cache / WEIGHTS_SUBDIR).iterdir())
+    assert weights == [target.name, kept.name, unfinished.name, another_model.name]
