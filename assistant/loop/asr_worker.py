@@ -130,7 +130,9 @@ class AsrWorker(Worker):
         self.transcriber = transcriber
         self.end_model = end_model
         """The audio end-of-turn model (`audio.smart_turn`), if any: asked on this thread,
-        after the pause's transcript, which it must not hold up."""
+        after the pause's transcript, which it must not hold up (on a thread of its own
+        it ran beside the decode on two cores and made the transcript later:
+        docs/benchmarks.md, real human speech)."""
         self.options = options
         self.sample_rate = sample_rate
         self._utts: dict[int, _Utterance] = {}
