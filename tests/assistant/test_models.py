@@ -12,6 +12,7 @@ from assistant.app.config import AppConfig, load_config
 from assistant.app.errors import ModelNotFoundError, UserError
 from assistant.app.llm_convert import (
     COMPLETE_MARKER,
+    DIGESTS_SUBDIR,
     WEIGHTS_SUBDIR,
     convert_gguf,
     converted_dir_for,
@@ -98,7 +99,7 @@ def test_failed_conversion_leaves_nothing_loadable(tmp_path: Path) -> None:
         convert_gguf(bad, cache, progress=lambda _m: None, show_bar=False)
     target = converted_dir_for(bad, cache)
     assert not target.exists()
-    leftovers = [p for p in cache.iterdir() if p.is_dir()]
+    leftovers = [p for p in cache.iterdir() if p.is_dir() and p.name != DIGESTS_SUBDIR]
     assert leftovers == []  # the temporary directory was removed
 
 
@@ -165,3 +166,49 @@ def test_new_conversion_prunes_only_what_it_supersedes(tmp_path: Path) -> None:
     assert not (cache / (gone.name + ".lock")).exists()
     weights = sorted(p.name.split("-0123")[0] for p in (cache / WEIGHTS_SUBDIR).iterdir())
     assert weights == [target.name, kept.name, unfinished.name, another_model.name]
+
+
+def test_a_files_digest_is_read_once_per_version(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 4 GB model is not read at every start: its digest is remembered for its path,
+    size and mtime, and read again when the file changes."""
+    import hashlib
+
+    from assistant.app import llm_convert
+
+    gguf, cache = tmp_path / "m.gguf", tmp_path / "cache"
+    gguf.write_bytes(b"GGUF one")
+    reads: list[object] = []
+    real = hashlib.file_digest
+
+    def counting(f, digest):  # type: ignore[no-untyped-def]
+        reads.append(f)
+        return real(f, digest)
+
+    monkeypatch.setattr(llm_convert.hashlib, "file_digest", counting)
+    first = converted_dir_for(gguf, cache)
+    assert converted_dir_for(gguf, cache) == first and len(reads) == 1
+    gguf.write_bytes(b"GGUF two")
+    os.utime(gguf, ns=(1, 1))
+    second = converted_dir_for(gguf, cache)
+    assert second != first and len(reads) == 2
+    gone = tmp_path / "gone.gguf"
+    gone.write_bytes(b"GGUF three")
+    converted_dir_for(gone, cache)
+    gone.unlink()
+    assert converted_dir_for(gguf, cache) == second and len(reads) == 3
+    other = tmp_path / "other.gguf"
+    other.write_bytes(b"GGUF four")
+    converted_dir_for(other, cache)  # a new file: the gone one's and m's old entries go
+    memos = sorted((cache / DIGESTS_SUBDIR).iterdir())
+    assert len(memos) == 2  # m.gguf now, other.gguf
+    recorded = sorted(m.read_text().split("\n")[1].rsplit(":", 2)[0] for m in memos)
+    assert recorded == sorted([str(gguf.resolve()), str(other.resolve())])
+
+
+def test_a_read_only_cache_still_gives_the_digest(tmp_path: Path) -> None:
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file, not a directory")
+    assert converted_dir_for(gguf, blocked).name == converted_dir_for(gguf, tmp_path).name
