@@ -11,6 +11,7 @@ writers of the same key both produce a complete one.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -18,11 +19,12 @@ from pathlib import Path
 
 import torch
 
-from engine.errors import EngineError
 from engine.weight_formats import WeightFormat
 from engine.weight_quant import INT4_GROUP, QuantizedTensors
 
 __all__ = ["SCHEME_VERSION", "ALIGN", "cache_path", "load_or_quantize"]
+
+_log = logging.getLogger(__name__)
 
 SCHEME_VERSION = 2
 """Bumped whenever `engine.weight_quant.quantize_linear`'s output changes."""
@@ -67,8 +69,11 @@ def load_or_quantize(cache_dir: Path, model_dir: Path, fmt: WeightFormat,
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
-    except OSError as exc:
-        raise EngineError(f"cannot write quantized weights to {cache_dir}: {exc}") from exc
+    except (OSError, SafetensorError) as exc:
+        # The weights are computed: a cache that cannot take them (a full disk, a
+        # read-only directory) costs the next start the quantization again, no more.
+        _log.warning("cannot keep the %s weights in %s (%s): they are quantized again "
+                     "at the next start", fmt, cache_dir, exc)
     return result
 
 

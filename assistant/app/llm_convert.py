@@ -16,6 +16,7 @@ from this same file path or from a file that is gone) and their quantized weight
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -175,5 +176,22 @@ def _convert_into(gguf: Path, out: Path, *, show_bar: bool) -> None:
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     model.hf_quantizer = None  # type: ignore[assignment]
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    # Tied weights (the output projection is often the embedding table) are saved once.
+    needed = sum({t.data_ptr(): t.numel() * t.element_size()
+                  for t in model.state_dict().values()}.values())
+    free = shutil.disk_usage(out).free
+    if free < needed:
+        raise UserError(_no_room(out.parent, needed, free))
+    try:
+        model.save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
+    except OSError as exc:
+        raise UserError(_no_room(out.parent, needed, shutil.disk_usage(out).free)
+                        if exc.errno == errno.ENOSPC else
+                        f"{out.parent}: cannot write the converted model ({exc})") from None
+
+
+def _no_room(cache: Path, needed: int, free: int) -> str:
+    return (f"{cache}: no room for the converted model ({needed / 1e6:.0f} MB needed, "
+            f"{free / 1e6:.0f} MB free); free some space, or point models.cache_dir "
+            "at a disk with room")

@@ -212,3 +212,57 @@ def test_a_read_only_cache_still_gives_the_digest(tmp_path: Path) -> None:
     blocked = tmp_path / "blocked"
     blocked.write_text("a file, not a directory")
     assert converted_dir_for(gguf, blocked).name == converted_dir_for(gguf, tmp_path).name
+
+
+class _FakeTensor:
+    def data_ptr(self) -> int:
+        return id(self)
+
+    def numel(self) -> int:
+        return 1000
+
+    def element_size(self) -> int:
+        return 4
+
+
+class _FakeModel:
+    """What `_convert_into` uses of a loaded transformers model."""
+
+    def __init__(self, error: OSError | None) -> None:
+        self.config = type("Config", (), {})()
+        self.error = error
+
+    def state_dict(self) -> dict[str, _FakeTensor]:
+        return {"w": _FakeTensor()}
+
+    def save_pretrained(self, out: Path, **_kw: object) -> None:
+        (out / "model.safetensors").write_bytes(b"partial")
+        if self.error is not None:
+            raise self.error
+
+
+@pytest.mark.parametrize("free", [10**12, 100])
+def test_a_full_disk_is_a_clear_error_and_leaves_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free: int) -> None:
+    """No room for the conversion (found before writing, or by the write itself): one
+    line that says how much is needed and what to do, and no half directory."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    import transformers
+
+    model = _FakeModel(OSError(errno.ENOSPC, "No space left on device"))
+    monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained",
+                        lambda *_a, **_k: model)
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", lambda *_a, **_k: None)
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda _p: usage(free * 2, free, free))
+    gguf = tmp_path / "m.gguf"
+    gguf.write_bytes(b"GGUF")
+    cache = tmp_path / "cache"
+    with pytest.raises(UserError, match=r"no room for the converted model \(0 MB needed, "
+                       r".*models.cache_dir"):
+        convert_gguf(gguf, cache, progress=lambda _m: None, show_bar=False)
+    assert not converted_dir_for(gguf, cache).exists()
+    assert [p for p in cache.iterdir() if p.is_dir() and p.name != DIGESTS_SUBDIR] == []

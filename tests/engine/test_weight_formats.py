@@ -441,6 +441,23 @@ def test_weight_cache_is_keyed_by_format_and_written_once(tmp_path: Path) -> Non
     assert len(calls) == 3
 
 
+def test_a_cache_that_cannot_take_the_weights_costs_only_the_next_start(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A full disk or read-only cache: the weights just computed are used all the same,
+    with a warning (the engine used to refuse to load)."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    (model_dir / "model.safetensors").write_bytes(b"weights")
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the cache directory should be")
+    tensors = quantize_linear(torch.randn(8, 64), "int4")
+    assert tensors is not None
+    with caplog.at_level("WARNING", logger="engine.weight_cache"):
+        got = load_or_quantize(blocked, model_dir, "int4", lambda: [("layers.0.qkv", tensors)])
+    assert got["layers.0.qkv"] is tensors
+    assert "quantized again at the next start" in caplog.text
+
+
 def test_weights_read_from_the_cache_are_aligned_for_the_cpu_kernels(tmp_path: Path) -> None:
     # Odd-sized tensors end to end in the file: read in place, the later ones would sit at
     # odd offsets (the int8 kernel crashed on an 8-byte aligned lm_head from 4 rows on).
