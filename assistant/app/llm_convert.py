@@ -63,8 +63,7 @@ def content_digest(gguf: Path, cache: Path) -> str:
             return digest
     except (OSError, ValueError):
         pass  # not remembered (or unreadable): read the file
-    with open(path, "rb") as f:
-        digest = hashlib.file_digest(f, "sha256").hexdigest()
+    digest = _sha256(path)
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=memo.name, suffix=".tmp")
@@ -75,6 +74,11 @@ def content_digest(gguf: Path, cache: Path) -> str:
         return digest  # a read-only cache: the digest is read again next time
     _forget_stale_digests(memo.parent, path, keep=memo)
     return digest
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def _forget_stale_digests(digests: Path, path: Path, *, keep: Path) -> None:

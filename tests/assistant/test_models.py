@@ -172,20 +172,18 @@ def test_a_files_digest_is_read_once_per_version(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """A 4 GB model is not read at every start: its digest is remembered for its path,
     size and mtime, and read again when the file changes."""
-    import hashlib
-
     from assistant.app import llm_convert
 
     gguf, cache = tmp_path / "m.gguf", tmp_path / "cache"
     gguf.write_bytes(b"GGUF one")
-    reads: list[object] = []
-    real = hashlib.file_digest
+    reads: list[Path] = []
+    real = llm_convert._sha256
 
-    def counting(f, digest):  # type: ignore[no-untyped-def]
-        reads.append(f)
-        return real(f, digest)
+    def counting(path: Path) -> str:
+        reads.append(path)
+        return real(path)
 
-    monkeypatch.setattr(llm_convert.hashlib, "file_digest", counting)
+    monkeypatch.setattr(llm_convert, "_sha256", counting)
     first = converted_dir_for(gguf, cache)
     assert converted_dir_for(gguf, cache) == first and len(reads) == 1
     gguf.write_bytes(b"GGUF two")
