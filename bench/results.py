@@ -26,7 +26,7 @@ import shlex
 import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any, TextIO
@@ -138,7 +138,7 @@ def render(bench: str, tables: str | Sequence[str], *, command: Sequence[str] | 
     states the machine as it was described)."""
     blocks = [tables] if isinstance(tables, str) else list(tables)
     cmd = command if isinstance(command, str) else shlex.join(command)
-    when = date if isinstance(date, str) else date.astimezone(timezone.utc).strftime(
+    when = date if isinstance(date, str) else date.astimezone(UTC).strftime(
         "%Y-%m-%d %H:%M UTC")
     where = host if isinstance(host, str) else host.describe()
     lines = [
@@ -172,7 +172,7 @@ def write_results(bench: str, tables: str | Sequence[str], *, command: Sequence[
     path = (root or RESULTS_DIR) / f"{bench}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     text = render(bench, tables, command=command, host=host,
-                  date=date or datetime.now(timezone.utc), notes=notes)
+                  date=date or datetime.now(UTC), notes=notes)
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 __all__ = ["EngineStats", "FinishReason", "GenerationResult", "PrefillStats", "TokenEvent"]
 
 
-class FinishReason(str, enum.Enum):
+class FinishReason(enum.StrEnum):
     STOP = "stop"
     """A stop string matched; the text and the cache end before it."""
     EOS = "eos"

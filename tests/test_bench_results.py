@@ -7,7 +7,7 @@ import io
 import re
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 XEON = Machine(cpu="Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz", cores=2, arch="x86_64",
                isa=("AVX2", "AVX-512", "AVX512-VNNI", "AVX512-BF16", "AMX"), torch="2.13.0",
                aten="AVX512")
-WHEN = datetime(2026, 12, 5, 9, 30, tzinfo=timezone.utc)
+WHEN = datetime(2026, 12, 5, 9, 30, tzinfo=UTC)
 
 
 def test_the_file_holds_machine_date_command_and_tables(tmp_path: Path) -> None:

@@ -7,7 +7,6 @@ import asyncio
 import fnmatch
 import http.client
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +71,6 @@ def test_everything_the_page_loads_is_served_by_the_daemon() -> None:
 
 
 def test_web_files_are_package_data() -> None:
-    if sys.version_info < (3, 11):
-        pytest.skip("tomllib is Python 3.11+")
     import tomllib
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())

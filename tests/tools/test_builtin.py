@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -22,7 +22,7 @@ from assistant.tools import (
     run_tool,
 )
 
-NOW = datetime(2025, 3, 30, 0, 30, 5, tzinfo=timezone.utc)  # a Sunday; Paris moves to CEST at 01:00
+NOW = datetime(2025, 3, 30, 0, 30, 5, tzinfo=UTC)  # a Sunday; Paris moves to CEST at 01:00
 
 
 class FakeClock:

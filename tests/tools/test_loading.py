@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -88,7 +88,7 @@ def test_the_timer_needs_its_conversations_service() -> None:
 
 def test_build_registry_in_order_with_the_configured_speculation() -> None:
     timers = TimerService(lambda: 0.0)
-    now = datetime(2025, 1, 1, tzinfo=timezone.utc)
+    now = datetime(2025, 1, 1, tzinfo=UTC)
     enabled = ["builtin:set_timer", "tests.tools.sample_tools:get_weather", "builtin:get_time"]
     registry = build_registry(enabled, speculative_ok=ToolOptions().speculative_ok,
                               timers=timers, now=lambda: now)
