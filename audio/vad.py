@@ -5,7 +5,9 @@ Silero in :mod:`audio.silero_vad`). The frame must also be above an absolute ene
 floor and ``noise_margin_db`` above the background level, tracked as the quietest frame
 of the last ``noise_window_ms`` (minimum statistics, after R. Martin, "Noise power
 spectral density estimation based on optimal smoothing and minimum statistics", 2001,
-reduced to one band). A speech frame counts as *voiced* when its spectral flatness is
+reduced to one band); speech already going on continues down to ``hold_margin_db``
+above it (hysteresis, as Silero's reference iterator ends speech at a lower threshold
+than it starts it). A speech frame counts as *voiced* when its spectral flatness is
 low: white noise and clicks are flat (~0.5-1), voiced speech is not (~0.01-0.2); the
 feature is the one used by Moattar & Homayounpour, "A simple but efficient real-time
 voice activity detection algorithm" (EUSIPCO 2009). The decisions drive the pure
@@ -250,7 +252,8 @@ class Vad:
         # whole window, and room noise after the gate opens would pass as speech. It
         # counts as the floor known so far.
         floor = self._noise.push(level if level > _DIGITAL_SILENCE_DBFS else self._noise.level_dbfs)
-        loud = level >= max(opts.energy_floor_dbfs, floor + opts.noise_margin_db)
+        margin = opts.hold_margin_db if self.machine.continues(frame_start) else opts.noise_margin_db
+        loud = level >= max(opts.energy_floor_dbfs, floor + margin)
         # The classifier sees every frame so that a stateful model keeps its context.
         speech = self.classifier.is_speech(frame) and loud
         # Voicing only matters for opening a turn; skip the FFT otherwise.

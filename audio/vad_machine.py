@@ -72,6 +72,11 @@ class VadOptions:
     """Frames quieter than this (RMS, dB re full scale) are never speech."""
     noise_margin_db: float = 6.0
     """Frames must also be this far above the tracked noise floor to be speech."""
+    hold_margin_db: float = 3.0
+    """The margin for a frame that continues speech without a gap (hysteresis): the
+    quiet end of a word (a fading vowel, a final "m") stays speech in a noisy room, so
+    the pause and the turn's end are not called in the middle of it. Starting or
+    resuming speech needs ``noise_margin_db``."""
     noise_window_ms: int = 3000
     """The noise floor is the quietest frame in this trailing window (minimum statistics)."""
     max_flatness: float = 0.3
@@ -101,6 +106,10 @@ class VadOptions:
         for name in ("min_speech_ms", "short_pause_ms", "end_of_turn_ms"):
             if getattr(self, name) <= 0:
                 raise AudioValueError(f"vad {name} must be positive, got {getattr(self, name)}")
+        if not 0.0 <= self.hold_margin_db <= self.noise_margin_db:
+            raise AudioValueError(
+                f"vad hold_margin_db must be in [0, noise_margin_db ({self.noise_margin_db})], "
+                f"got {self.hold_margin_db}")
         if self.noise_window_ms < self.frame_ms:
             raise AudioValueError(f"vad noise_window_ms must be >= frame_ms, got {self.noise_window_ms}")
         for name in ("prefix_padding_ms", "onset_gap_ms", "pause_onset_ms"):
@@ -238,6 +247,11 @@ class VadStateMachine:
         """True between SpeechStarted and SpeechStopped."""
         return self._in_turn
 
+    def continues(self, frame_start: int) -> bool:
+        """Whether a frame starting at ``frame_start`` would continue the turn's speech
+        without a gap (the previous frame was speech)."""
+        return self._in_turn and self._cand is None and frame_start <= self._last_speech_end
+
     @property
     def pending_onset(self) -> int | None:
         """Start sample of an unconfirmed speech candidate, if any."""
@@ -248,7 +262,7 @@ class VadStateMachine:
         rate = self.options.sample_rate
         frame_end = frame_start + self._frame
         events: list[VadEvent] = []
-        if self._in_turn and speech and self._cand is None and frame_start <= self._last_speech_end:
+        if speech and self.continues(frame_start):
             self._last_speech_end = frame_end  # speech continues without a gap
             return events
         confirmed = self._update_candidate(frame_start, speech, voiced)

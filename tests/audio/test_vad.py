@@ -172,6 +172,47 @@ def test_wrong_rate_chunk_is_a_clear_error() -> None:
         Vad().process(AudioChunk(np.zeros(441, np.float32), 22050))
 
 
+class _EverySound:
+    """A classifier that calls every frame speech: the energy gates alone decide."""
+
+    def is_speech(self, frame: np.ndarray) -> bool:
+        return True
+
+    def reset(self) -> None:
+        pass
+
+
+def _tone(seconds: float, rms_dbfs: float) -> np.ndarray:
+    """A 200 Hz tone (voiced: not flat) at exactly ``rms_dbfs`` in every 20 ms frame."""
+    t = np.arange(int(seconds * RATE)) / RATE
+    return (np.sin(2 * np.pi * 200 * t) * np.sqrt(2) * 10 ** (rms_dbfs / 20)).astype(np.float32)
+
+
+@pytest.mark.parametrize(("hold_db", "fade_kept"), [(3.0, True), (6.0, False)])
+def test_speech_going_on_holds_down_to_the_lower_margin(hold_db: float, fade_kept: bool) -> None:
+    """Hysteresis: the quiet end of a word 4.5 dB over the room (a fading vowel in a noisy
+    room) continues the speech before it -- with ``hold_margin_db`` at the opening
+    margin it was cut, and the pause called in the middle of the word -- while the same
+    sound after a gap neither resumes nor opens speech."""
+    room, word, fade = -40.0, -20.0, -35.5
+    audio, _ = layout([_tone(3.0, room), _tone(0.5, word), _tone(0.4, fade), _tone(1.5, room),
+                       _tone(0.4, fade), _tone(1.0, room)])
+    vad = Vad(VadOptions(hold_margin_db=hold_db, end_of_turn_ms=550), _EverySound())
+    events = feed(vad, audio)
+    (turn,) = turns(events)
+    word_end = int(3.5 * RATE)
+    assert abs(turn[0] - 3 * RATE) <= F
+    assert turn[1] == (word_end + int(0.4 * RATE) if fade_kept else word_end)
+    assert kinds(events).count("SpeechStarted") == 1 and "SpeechResumed" not in kinds(events)
+
+
+def test_the_hold_margin_is_validated() -> None:
+    with pytest.raises(AudioValueError, match="hold_margin_db"):
+        VadOptions(hold_margin_db=7.0)
+    with pytest.raises(AudioValueError, match="hold_margin_db"):
+        VadOptions(hold_margin_db=-1.0)
+
+
 # ------------------------------------------------------------------ real audio
 
 
