@@ -67,11 +67,14 @@ def content_digest(gguf: Path, cache: Path) -> str:
     try:
         memo.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=memo.name, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(f"{digest}\n{version}\n")
-        os.replace(tmp, memo)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(f"{digest}\n{version}\n")
+            os.replace(tmp, memo)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
     except OSError:
-        return digest  # a read-only cache: the digest is read again next time
+        return digest  # a read-only cache (or a full one): read again next time
     _forget_stale_digests(memo.parent, path, keep=memo)
     return digest
 
