@@ -10,8 +10,9 @@ The cache is keyed by the GGUF's contents, not its path or modification time: ev
 install of the same model package (a new virtual environment, a reinstall, each fresh CI
 clone) shares one conversion, where a path-and-mtime key left a new 500 MB directory
 behind each time. The digest is read once per file version and remembered under the
-path, size and mtime (`.digests/`), so a multi-gigabyte model is not read at every start. A new conversion removes the ones it supersedes (same model name, made
-from this same file path or from a file that is gone) and their quantized weight files.
+path, size and mtime (`.digests/`), so a multi-gigabyte model is not read at every
+start. A new conversion removes the ones it supersedes (same model name, made from this
+same file path or from a file that is gone) and their quantized weight files.
 """
 
 from __future__ import annotations
@@ -93,8 +94,14 @@ def _forget_stale_digests(digests: Path, path: Path, *, keep: Path) -> None:
             recorded = Path(other.read_text().split("\n")[1].rsplit(":", 2)[0])
         except (OSError, IndexError):
             continue
-        if recorded == path or not recorded.exists():
+        if _superseded(recorded, path):
             other.unlink(missing_ok=True)
+
+
+def _superseded(recorded: Path, source: Path) -> bool:
+    """Whether what was made from the file `recorded` is superseded by `source`'s: the
+    same path (the file has changed since), or a file that is gone."""
+    return recorded == source or not recorded.exists()
 
 
 def convert_gguf(
@@ -141,17 +148,17 @@ def prune_superseded(target: Path, gguf: Path) -> list[Path]:
     no longer exists. Conversions of other files still on disk are kept. Returns the
     removed directories."""
     cache = target.parent
-    source = str(gguf.resolve())
+    source = gguf.resolve()
     pattern = re.compile(re.escape(gguf.stem) + r"-[0-9a-f]{12}")
     removed = []
     for other in sorted(cache.iterdir()):
         if other == target or not other.is_dir() or not pattern.fullmatch(other.name):
             continue
         try:
-            recorded = (other / COMPLETE_MARKER).read_text().strip()
+            recorded = Path((other / COMPLETE_MARKER).read_text().strip())
         except OSError:
             continue  # unfinished or foreign: another process may be writing it
-        if recorded != source and Path(recorded).exists():
+        if not _superseded(recorded, source):
             continue
         shutil.rmtree(other, ignore_errors=True)
         (cache / (other.name + ".lock")).unlink(missing_ok=True)
