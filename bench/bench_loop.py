@@ -30,7 +30,9 @@ engine sequence == history after every case.
 
 With ``--human``: the 11 recordings of real human speech that issue #47's target is set
 on (``bench/loop_human.py``), each its own conversation, in real time, for the same
-configurations; writes ``loop-human.md``.
+configurations; writes ``loop-human.md``. ``--human-set other``: held-out voices of the
+same source, never tuned on (other speakers and rates, a meeting's turns); writes
+``loop-human-other.md``.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import cpu_mask
-from human_speech import human_recordings
+from human_speech import SETS, human_recordings
 from loop_human import ROOM_DBFS, human_report, run_all, stage_rows
 from loop_interruptions import STORY, interruption_bench
 from results import Report, add_no_write, write_results
@@ -171,9 +173,13 @@ def main() -> int:
                              "measured ~200 ms slower per turn, so the first configuration "
                              "lost to the others")
     parser.add_argument("--human", action="store_true",
-                        help="the 11 recordings of real human speech (bench/human_speech.py: "
+                        help="recordings of real human speech (bench/human_speech.py: "
                              "fetched once from the pocketsphinx sdist), each its own "
                              "conversation, in real time")
+    parser.add_argument("--human-set", choices=sorted(SETS), default="issue47",
+                        help="with --human: issue47, the 11 the target is set on (writes "
+                             "loop-human.md), or other, held-out voices never tuned on "
+                             "(writes loop-human-other.md)")
     parser.add_argument("--human-cache", type=Path, default=None,
                         help="with --human: where the recordings are kept (default: "
                              "human-speech beside the converted weights, models.cache_dir "
@@ -201,8 +207,9 @@ def main() -> int:
 
 def _human(args: argparse.Namespace, models: LoopModels,
            configs: list[tuple[str, dict[str, object]]]) -> int:
-    """``--human``: the 11 recordings of real speech, each its own conversation."""
-    recordings = human_recordings(args.human_cache, args.sdist)
+    """``--human``: recordings of real speech (a set of :data:`SETS`), each its own
+    conversation."""
+    recordings = human_recordings(args.human_cache, args.sdist, args.human_set)
     runs = [(name, load_config(default_config_path(), env={}, overrides=overrides))
             for name, overrides in configs + [(f"semantic, {k}={v}", {k: v})
                                               for k, v in args.compare]]
@@ -221,7 +228,8 @@ def _human(args: argparse.Namespace, models: LoopModels,
     report = human_report(run_all(models, runs, recordings, args.human_gap_ms, noise),
                           recordings)
     if not args.no_write:
-        suffix = "" if noise == ROOM_DBFS else f"-noise{abs(noise):g}dbfs"
+        suffix = "" if args.human_set == "issue47" else f"-{args.human_set}"
+        suffix += "" if noise == ROOM_DBFS else f"-noise{abs(noise):g}dbfs"
         write_results("loop-human" + suffix, report.blocks, command=sys.orig_argv)
     return 0
 
