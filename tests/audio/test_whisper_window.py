@@ -55,8 +55,9 @@ def test_cut_window_keeps_the_window_or_all_speech(content: int, window: int, ma
     np.testing.assert_array_equal(out, f[..., :kept])
 
 
-def _seg(tokens: int, ratio: float = 1.2, logprob: float = -0.3) -> Any:
-    return SimpleNamespace(tokens=list(range(tokens)), compression_ratio=ratio, avg_logprob=logprob)
+def _seg(tokens: int, ratio: float = 1.2, logprob: float = -0.3, text: str = " Hello there.") -> Any:
+    return SimpleNamespace(tokens=list(range(tokens)), compression_ratio=ratio, avg_logprob=logprob,
+                           text=text)
 
 
 @pytest.mark.parametrize(("segments", "audio_s", "wrong"), [
@@ -66,9 +67,24 @@ def _seg(tokens: int, ratio: float = 1.2, logprob: float = -0.3) -> Any:
     ([_seg(10), _seg(10), _seg(10)], 2.0, True),  # 30 tokens in 2 s: a loop
     ([_seg(10, logprob=-1.2)], 2.0, True),
     ([_seg(60)], 10.0, False),
+    # Numerals sit lower on any window: trusted down to -1.5, not below.
+    ([_seg(6, logprob=-1.34, text=" Room 204 please.")], 2.0, False),
+    ([_seg(6, logprob=-1.27, text=" 29340.")], 1.8, False),
+    ([_seg(6, logprob=-1.6, text=" Room 204 please.")], 2.0, True),
+    # Only the segment with the numeral: a wordy one beside it keeps the -1.0 floor.
+    ([_seg(6, logprob=-0.4, text=" Call 555."), _seg(4, logprob=-1.2, text=" Alright.")], 3.0, True),
+    # A loop of numerals is still a loop.
+    ([_seg(10, ratio=9.0, text=" 1. 1. 1. 1. 1. 1. 1.")], 2.0, True),
 ])
 def test_looks_wrong(segments: list[Any], audio_s: float, wrong: bool) -> None:
     assert looks_wrong(segments, audio_s, WindowGuard()) is wrong
+
+
+def test_the_quick_guards_trust_any_numeral_logprob() -> None:
+    # LOOPS_ONLY and GLANCE take no log-probability floor at all, numerals or not.
+    numerals = [_seg(6, logprob=-3.0, text=" 29340.")]
+    assert not looks_wrong(numerals, 1.8, LOOPS_ONLY)
+    assert not looks_wrong(numerals, 1.8, GLANCE)
 
 
 class LoopingOnCutWindow:
