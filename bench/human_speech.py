@@ -87,7 +87,7 @@ RECORDINGS: tuple[Recording, ...] = (
 _CHAN3 = "test/regression/chan3.wav"  # 11025 Hz: a meeting, one near speaker, others behind
 
 OTHER_VOICES: tuple[Recording, ...] = (
-    # The sdist has no transcription of these two; the text is what Whisper (base.en) hears.
+    # The sdist has no transcription of these two; the text is what Whisper (tiny.en, the default) hears.
     Recording("something", "test/data/something.raw", "go somewhere and do something",
               "command"),
     Recording("numbers", "test/data/numbers.raw", "thirty three four six nine two", "digits"),
@@ -99,7 +99,7 @@ OTHER_VOICES: tuple[Recording, ...] = (
               "feels like these days go on forever", "reading"),
     Recording("forever-4", "test/data/forever/input_4_16k.wav",
               "feels like these days go on forever", "reading"),
-    # Three turns of the meeting; the text is what Whisper (base.en) hears.
+    # Three turns of the meeting; the text is what Whisper (tiny.en, the default) hears.
     Recording("meeting-a", _CHAN3, "yeah we had a long discussion about how easy we want to "
               "make it for people to bleep things out", "meeting", span_s=(0.0, 7.1)),
     Recording("meeting-b", _CHAN3, "morgan wants to make it hard", "meeting",
