@@ -51,14 +51,14 @@ class WindowGuard:
     """The floor for a segment with a numeral in it ("Room 204 please", "29340"): Whisper
     splits a number's probability between its spellings ("12" / "twelve", "6.30" /
     "630"), so its average log-probability sits lower on any window. Under
-    ``min_avg_logprob`` alone, 6 of 48 utterances with numbers (Piper at three rates and
-    in -35 dBFS noise; 0 of 16 without) and two of the held-out human recordings (a digit
-    string, a TIDIGITS one) were decoded again on the full window, at -1.02 to -1.34,
-    ~300 ms more at a pause on 2 cores; a second set of 60 (other sentences, and -30 dBFS
-    noise too), not used to pick the floor, had 2 (-1.05, -1.11) and none under -1.5. Of
-    those ten, the full window's text was better once ("Page 312" heard "H 312" on the cut
-    one), worse three times ("Room 204 please" became "Run 204, please" twice), the same
-    six. A loop is still caught by the ratio and the token budget. The lower of the two
+    ``min_avg_logprob`` alone, 16 of 144 utterances with numbers (``bench/bench_asr.py
+    --numbers``: Piper at three rates and in room noise, espeak-ng; half of them the
+    sentences this floor was picked on, half not) and two of the held-out human recordings
+    (a digit string, a TIDIGITS one) were decoded again on the full window, ~300 ms more
+    at a pause on 2 cores; with this floor, 1 (its cut-window text had no numeral). Of
+    the 15 kept, the full window's text was better once ("Page 312" heard "H 312" on the
+    cut one), worse twice ("Room 204 please" became "Run 204 please"), the same twelve
+    times. A loop is still caught by the ratio and the token budget. The lower of the two
     floors applies."""
     max_tokens_per_s: float = 6.0
     """Text tokens per second of audio, plus ``extra_tokens``: more is a loop."""

@@ -22,8 +22,13 @@ cut window with its full guard, and with the loops-only guard the loop's interim
 interruption rule (:func:`assistant.turns.interruption.decide`) makes of each (a
 backchannel that would cut the reply; a real interruption cut at this interim).
 
+With ``--numbers``: utterances with numbers instead (``bench/asr_numbers.py``): how many
+the cut window's guard decodes again on the full window with and without its floor for
+numerals, and for those, whether each window's digits and words were right.
+
     .venv/bin/python bench/bench_asr.py [--windows 0,10,20] [--threads 0] [--repeat 1]
     .venv/bin/python bench/bench_asr.py --bursts
+    .venv/bin/python bench/bench_asr.py --numbers
 """
 
 from __future__ import annotations
@@ -261,11 +266,24 @@ def main() -> None:
     parser.add_argument("--cuts-ms", default=",".join(map(str, BURST_CUTS_MS)),
                         help="--bursts: how long after each burst begins its audio is cut, "
                         "ms, comma-separated")
+    parser.add_argument("--numbers", action="store_true",
+                        help="utterances with numbers instead: how many the cut window's "
+                             "guard decodes again on the full window with and without its "
+                             "floor for numerals, and which window's text was right "
+                             "(bench/asr_numbers.py; writes asr-numbers.md)")
     parser.add_argument("--interim-windows", help="--bursts: encoder windows (s) of the "
                         "interims' rows, comma-separated (default: the config's asr.window_s)")
     add_no_write(parser)
     args = parser.parse_args()
     cfg = load_config(default_config_path())
+    if args.numbers:
+        from asr_numbers import numbers_report
+
+        report = numbers_report(resolve_asr(cfg), *resolve_voice(cfg),
+                                threads=int(args.threads.split(",")[0]))
+        if not args.no_write:
+            write_results("asr-numbers", report.blocks, command=sys.orig_argv)
+        return
     if args.bursts:
         windows = [float(w) for w in (args.interim_windows or str(cfg.asr.window_s or 10.0)).split(",")]
         cuts = tuple(int(c) for c in args.cuts_ms.split(","))
