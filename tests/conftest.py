@@ -9,12 +9,15 @@
   CLI in a subprocess with the default models carries the mark itself.)
 - CPUs: ``each_cpu`` runs a test once per CPU profile (`tests/cpu_profiles.py`);
   ``pytest --cpu NAME`` pretends one profile for the whole session.
+- ``bench_import``: a script of ``bench/`` imported as the benches import their siblings.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import importlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any, NoReturn
 
 import faster_whisper
@@ -32,6 +35,8 @@ REAL_MODEL_FIXTURES = frozenset({
     "piper_voice", "whisper_model", "synthesizer", "transcriber",  # tests/audio/conftest.py
 })
 """Fixtures that load (or locate, to load) a packaged model: a test using one is slow."""
+
+BENCH_DIR = Path(__file__).resolve().parents[1] / "bench"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -132,3 +137,11 @@ def piper_voice_paths(default_config: AppConfig) -> tuple[Path, Path]:
 def llm_dir(default_config: AppConfig) -> Path:
     """The packaged SmolLM2, converted once to a transformers directory (cached)."""
     return resolve_llm(default_config)
+
+
+@pytest.fixture
+def bench_import(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], ModuleType]:
+    """``import_module`` with ``bench/`` on the path for this test only: the bench scripts
+    import their siblings by name (``from results import Report``)."""
+    monkeypatch.syspath_prepend(str(BENCH_DIR))
+    return importlib.import_module

@@ -4,21 +4,15 @@ and different words."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
 
 @pytest.fixture
-def asr_numbers(monkeypatch: Any) -> ModuleType:
-    monkeypatch.syspath_prepend(str(BENCH))  # the bench imports its siblings by name
-    import asr_numbers as module
-
-    return module
+def asr_numbers(bench_import: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_import("asr_numbers")
 
 
 def test_digits_and_words_score_a_transcript_apart(asr_numbers: ModuleType) -> None:

@@ -7,24 +7,19 @@ from __future__ import annotations
 
 import io
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any
 
 import numpy as np
 import pytest
 
 from audio.wav import write_wav
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
 
 @pytest.fixture
-def human_speech(monkeypatch: Any) -> ModuleType:
-    monkeypatch.syspath_prepend(str(BENCH))  # the bench imports its siblings by name
-    import human_speech as module
-
-    return module
+def human_speech(bench_import: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_import("human_speech")
 
 
 def _tone(rate: int, seconds: float, hz: float = 440.0) -> np.ndarray:

@@ -5,9 +5,8 @@ sdist's transcriptions it names."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 import pytest
 
@@ -15,15 +14,10 @@ from assistant.loop import event_log as log
 from assistant.loop.metrics import compute_metrics
 from assistant.replay.scenario import Placed
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
 
 @pytest.fixture
-def loop_human(monkeypatch: Any) -> ModuleType:
-    monkeypatch.syspath_prepend(str(BENCH))  # the bench imports its siblings by name
-    import loop_human as module
-
-    return module
+def loop_human(bench_import: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_import("loop_human")
 
 
 def reply(turn_id: int, started: int, speech_end: int, audio: int | None) -> list[log.Entry]:

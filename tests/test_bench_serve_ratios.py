@@ -4,21 +4,15 @@ asked alone, so a level's ratio does not depend on which questions its sessions 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
+from collections.abc import Callable
 from types import ModuleType
-from typing import Any
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "bench"
-
 
 @pytest.fixture
-def bench_serve(monkeypatch: Any) -> ModuleType:
-    monkeypatch.syspath_prepend(str(BENCH))  # the bench imports its siblings by name
-    import bench_serve as module
-
-    return module
+def bench_serve(bench_import: Callable[[str], ModuleType]) -> ModuleType:
+    return bench_import("bench_serve")
 
 
 def test_sessions_rotate_through_the_questions(bench_serve: ModuleType) -> None:
