@@ -14,8 +14,8 @@ sometimes loops ("Stop please. Stop please. ...") or mishears more in noise. So:
   fewer (a long utterance keeps its whole content, up to the full 30 s);
 - :func:`looks_wrong` flags a result with the signs of a cut-window failure (a high
   compression ratio: repetition; more tokens than the audio can hold; a low average
-  log-probability, lower for numerals), and the caller re-decodes on the full window -- or, for a glance
-  (:data:`GLANCE`, a display partial), drops the result;
+  log-probability, lower for numerals), and the caller re-decodes on the full window --
+  or, for a glance (:data:`GLANCE`, a display partial), drops the result;
 - a cut window's decode stops a little past the tokens :func:`token_budget` allows, so
   a loop costs a few tokens, not hundreds (see :meth:`audio.asr.Transcriber.transcribe`).
 
@@ -50,16 +50,11 @@ class WindowGuard:
     min_avg_logprob_numerals: float = -1.5
     """The floor for a segment with a numeral in it ("Room 204 please", "29340"): Whisper
     splits a number's probability between its spellings ("12" / "twelve", "6.30" /
-    "630"), so its average log-probability sits lower on any window. Under
-    ``min_avg_logprob`` alone, 16 of 144 utterances with numbers (``bench/bench_asr.py
-    --numbers``: Piper at three rates and in room noise, espeak-ng; half of them the
-    sentences this floor was picked on, half not) and two of the held-out human recordings
-    (a digit string, a TIDIGITS one) were decoded again on the full window, ~300 ms more
-    at a pause on 2 cores; with this floor, 1 (its cut-window text had no numeral). Of
-    the 15 kept, the full window's text was better once ("Page 312" heard "H 312" on the
-    cut one), worse twice ("Room 204 please" became "Run 204 please"), the same twelve
-    times. A loop is still caught by the ratio and the token budget. The lower of the two
-    floors applies."""
+    "630"), so its average log-probability sits lower on any window, and under
+    ``min_avg_logprob`` such results were decoded again on the full window (a pause's
+    transcript later) with no better text (``bench/bench_asr.py --numbers``,
+    bench/results/asr-numbers.md). A loop is still caught by the ratio and the token
+    budget. The lower of the two floors applies."""
     max_tokens_per_s: float = 6.0
     """Text tokens per second of audio, plus ``extra_tokens``: more is a loop."""
     extra_tokens: int = 8

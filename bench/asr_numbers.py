@@ -17,23 +17,19 @@ sentences not used to choose it.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+from bench_asr import clips, speech
+from bench_asr import words as all_words
 from results import Report
 
-from assistant.replay.scenario import espeak_available, espeak_speech, piper_speech
 from audio.asr import ASROptions, Transcriber
-from audio.tts import Synthesizer, TTSOptions
 from audio.whisper_window import WindowGuard
 
 __all__ = ["NUMBER_TEXTS", "digits", "words", "numbers_report"]
-
-RATE = 16_000
 
 NUMBER_TEXTS: tuple[tuple[str, str], ...] = (
     *(("picked", t) for t in (
@@ -49,18 +45,8 @@ NUMBER_TEXTS: tuple[tuple[str, str], ...] = (
 )
 """(set, what is said): Piper reads the numerals as numbers ("Room 2 0 4" as digits)."""
 
-
-@dataclass(frozen=True)
-class _Voice:
-    name: str
-    speaker: str
-    length_scale: float = 1.0
-    noise_dbfs: float | None = None
-
-
-VOICES = (_Voice("piper", "piper"), _Voice("piper slow", "piper", 1.35),
-          _Voice("piper fast", "piper", 0.8), _Voice("piper noise -35", "piper", 1.0, -35.0),
-          _Voice("piper slow noise -30", "piper", 1.35, -30.0), _Voice("espeak-ng", "espeak"))
+TAIL_MS = 100
+"""Silence after the speech, as a pause's decode has it (``vad.pause_onset_ms``)."""
 
 
 def digits(text: str) -> str:
@@ -69,43 +55,21 @@ def digits(text: str) -> str:
 
 
 def words(text: str) -> list[str]:
-    """The words of ``text`` without its numerals, lower case, without punctuation."""
-    return [w for w in re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split()
+    """The words of ``text`` (as bench_asr's WER counts them) without its numerals."""
+    return [w for w in all_words(text)
             if not any(ch.isdigit() for ch in w) and w not in ("percent", "pm", "am")]
-
-
-def _clip(pcm: npt.NDArray[np.float32], noise_dbfs: float | None,
-          rng: np.random.Generator) -> npt.NDArray[np.float32]:
-    """As a pause's decode sees it: 250 ms before, 100 ms after, the room's noise."""
-    out = np.concatenate([np.zeros(RATE // 4, np.float32), pcm,
-                          np.zeros(RATE // 10, np.float32)])
-    if noise_dbfs is not None:
-        out = out + rng.standard_normal(out.size).astype(np.float32) * 10 ** (noise_dbfs / 20)
-    return out.astype(np.float32)
-
-
-def _speech(onnx: Path, config_json: Path) -> list[tuple[str, str, str, npt.NDArray[np.float32]]]:
-    from bench_asr import trim_silence
-
-    rng = np.random.default_rng(0)
-    out = []
-    for v in VOICES:
-        if v.speaker == "espeak":
-            if not espeak_available():
-                continue
-            pcms = [espeak_speech(t) for _, t in NUMBER_TEXTS]
-        else:
-            synth = Synthesizer(onnx, config_json, TTSOptions(
-                length_scale=v.length_scale, noise_scale=0.0, noise_w_scale=0.0))
-            pcms = [piper_speech(synth, t) for _, t in NUMBER_TEXTS]
-        for (which, text), pcm in zip(NUMBER_TEXTS, pcms, strict=True):
-            out.append((which, v.name, text, _clip(trim_silence(pcm), v.noise_dbfs, rng)))
-    return out
 
 
 def _right(hyp: str, said: str) -> str:
     return ("digits " + ("right" if digits(hyp) == digits(said) else "wrong") + ", words "
             + ("right" if words(hyp) == words(said) else "wrong"))
+
+
+def _falls_back(cut: Transcriber, pcm: npt.NDArray[np.float32], guard: WindowGuard) -> bool:
+    """Whether the cut window's decode of ``pcm`` is sent to the full window by ``guard``."""
+    before = cut.fallbacks
+    cut.transcribe(pcm, word_timestamps=False, guard=guard)
+    return cut.fallbacks > before
 
 
 def numbers_report(model_dir: Path, onnx: Path, config_json: Path, threads: int = 0) -> Report:
@@ -117,25 +81,21 @@ def numbers_report(model_dir: Path, onnx: Path, config_json: Path, threads: int 
     without = replace(with_floor, min_avg_logprob_numerals=with_floor.min_avg_logprob)
     no_logprob = replace(with_floor, min_avg_logprob=-np.inf, min_avg_logprob_numerals=-np.inf)
     counts: dict[str, list[int]] = {}
-    rows: list[Sequence[object]] = []
-    for which, voice, text, pcm in _speech(onnx, config_json):
-        n = counts.setdefault(which, [0, 0, 0])
-        n[0] += 1
-        before = cut.fallbacks
-        cut.transcribe(pcm, word_timestamps=False, guard=without)
-        fell_without = cut.fallbacks > before
-        before = cut.fallbacks
-        cut.transcribe(pcm, word_timestamps=False, guard=with_floor)
-        fell_with = cut.fallbacks > before
-        n[1] += fell_without
-        n[2] += fell_with
-        if fell_without:
-            on_cut = cut.transcribe(pcm, word_timestamps=False, guard=no_logprob).text
-            on_full = full.transcribe(pcm, word_timestamps=False).text
-            rows.append([which, voice, text, on_cut, _right(on_cut, text), on_full,
-                         _right(on_full, text), "yes" if fell_with else "no"])
-        print(f"  {which:6s} {voice:22s} {text!r}: fell back {fell_without} / {fell_with}",
-              flush=True)
+    rows: list[list[object]] = []
+    said = [t for _, t in NUMBER_TEXTS]
+    for voice, pcms in clips(speech(onnx, config_json, said), TAIL_MS).items():
+        for (which, text), pcm in zip(NUMBER_TEXTS, pcms, strict=True):
+            fell_without = _falls_back(cut, pcm, without)
+            fell_with = _falls_back(cut, pcm, with_floor)
+            n = counts.setdefault(which, [0, 0, 0])
+            n[0], n[1], n[2] = n[0] + 1, n[1] + fell_without, n[2] + fell_with
+            if fell_without:
+                on_cut = cut.transcribe(pcm, word_timestamps=False, guard=no_logprob).text
+                on_full = full.transcribe(pcm, word_timestamps=False).text
+                rows.append([which, voice, text, on_cut, _right(on_cut, text), on_full,
+                             _right(on_full, text), "yes" if fell_with else "no"])
+            print(f"  {which:6s} {voice:22s} {text!r}: fell back {fell_without} / {fell_with}",
+                  flush=True)
     report = Report()
     report.table(["set", "utterances", "full-window decodes, floor -1.0",
                   "with the floor for numerals (-1.5)"],

@@ -37,6 +37,7 @@ import argparse
 import re
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -101,20 +102,22 @@ def edit_distance(a: list[str], b: list[str]) -> int:
     return row[len(b)]
 
 
-def speech(onnx: Path, config_json: Path) -> dict[str, list[npt.NDArray[np.float32]]]:
-    """Each voice's utterances, without the synthesiser's trailing silence (the VAD ends
-    the speech where the sound ends: the tail after it is the loop's choice)."""
+def speech(onnx: Path, config_json: Path,
+           texts: Sequence[str] = TEXTS) -> dict[str, list[npt.NDArray[np.float32]]]:
+    """Each voice's utterances of ``texts``, without the synthesiser's trailing silence
+    (the VAD ends the speech where the sound ends: the tail after it is the loop's
+    choice)."""
     out: dict[str, list[npt.NDArray[np.float32]]] = {}
     for v in VOICES:
         if v.speaker == "espeak":
             if not espeak_available():
                 continue
-            pcms = [espeak_speech(t) for t in TEXTS]
+            pcms = [espeak_speech(t) for t in texts]
         else:
             # Deterministic Piper (no sampling noise): the same audio for every setting.
             synth = Synthesizer(onnx, config_json, TTSOptions(
                 length_scale=v.length_scale, noise_scale=0.0, noise_w_scale=0.0))
-            pcms = [piper_speech(synth, t) for t in TEXTS]
+            pcms = [piper_speech(synth, t) for t in texts]
         out[v.name] = [trim_silence(p) for p in pcms]
     return out
 

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -170,8 +170,7 @@ def human_recordings(cache: Path | None = None, sdist: Path | None = None,
     if which not in SETS:
         raise ValueError(f"no recording set {which!r}: {', '.join(SETS)}")
     cache = cache or default_cache()
-    out = [Recording(r.name, r.member, r.text, r.kind, cache / f"{r.name}.wav", r.span_s)
-           for r in SETS[which]]
+    out = [replace(r, path=cache / f"{r.name}.wav") for r in SETS[which]]
     if all(r.path is not None and r.path.is_file() for r in out):
         return out
     cache.mkdir(parents=True, exist_ok=True)

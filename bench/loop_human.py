@@ -3,9 +3,10 @@
 Each recording of a set of :mod:`human_speech` (issue #47's 11: five LibriVox readings,
 five spoken card names, one command; or the held-out voices) is replayed as a
 conversation of its own (room noise, the recording, then silence until the reply has
-played), on the wall clock, once per configuration; the configurations alternate recording by recording so that drift on a shared machine falls
-on all of them alike. With ``--human-gap-ms N`` the set is one conversation instead, N ms
-from the end of one to the start of the next (the history grows; a reply still playing
+played), on the wall clock, once per configuration; the configurations alternate
+recording by recording so that drift on a shared machine falls on all of them alike.
+With ``--human-gap-ms N`` the set is one conversation instead, N ms from the end of one
+to the start of the next (the history grows; a reply still playing
 when the next recording starts is talked over); ``--human-noise-dbfs -35`` adds white room
 noise under them. Per configuration: voice-to-voice p50 / p90 / max (the end of the
 user's speech as the VAD dated it -> the reply's first audio), turns over 800 ms,
