@@ -11,7 +11,11 @@ Not a test: prints tables. With the real models, in one process (server and clie
    its p50 is over the same questions as the larger N's and each of their turns can be
    set against the same question's median time alone. The sessions speak at the same
    moments (each turn a burst of N) unless ``--stagger`` spreads their first questions
-   over some seconds.
+   over some seconds. Where the time goes: each stage's model calls per turn
+   (``stage_time.py``), and each turn's waterfall read from its session's event log
+   (``serve_falls.py``: when the pause, the scores, the speculation, the end of turn,
+   the reply and its first audio came after the end of speech; p50 per N, and the
+   slowest three turns at the largest N).
 2. Churn: for ``--seconds`` (default 60; ``--minutes 10`` for a soak), sessions come and
    go (each asks ``--churn-turns`` questions, then leaves, at most ``--churn-sessions`` at
    a time). Samples process RSS, engine pages and the largest conversation's context;
@@ -45,6 +49,7 @@ from typing import Any
 import numpy as np
 import yaml
 from results import Report, add_no_write, write_results
+from serve_falls import SessionLogs, p50_rows, slowest_rows
 from stage_time import STAGES, StageTimer, StageTotals
 from websockets.asyncio.client import connect
 
@@ -315,8 +320,9 @@ async def main_async(args: argparse.Namespace) -> int:
     gc.callbacks.append(full_gcs)
     voices = [speech(runtime, q) for q in QUESTIONS]
     limits = ServerLimits(max_sessions=cfg.server.max_sessions)
+    logs = SessionLogs(runtime.backend_factory)
     server = RealtimeServer(ServerOptions(host="127.0.0.1", port=0, limits=limits),
-                            backend_factory=runtime.backend_factory, defaults=runtime.defaults,
+                            backend_factory=logs, defaults=runtime.defaults,
                             served=runtime.served, engine_gauges=runtime.engine_gauges)
     await server.start()
     report = Report()
@@ -325,6 +331,7 @@ async def main_async(args: argparse.Namespace) -> int:
         rows, stage_rows = [], []
         base: tuple[float | None, float] | None = None
         alone: dict[int, float] = {}
+        falls: dict[int, list[Any]] = {}
         levels = [n for n in args.sessions if n > 0]
         if levels:  # the peer: one session alone, asking every question --alone-rounds times
             levels = [1, *(n for n in levels if n != 1)]
@@ -351,6 +358,7 @@ async def main_async(args: argparse.Namespace) -> int:
                          _ms(percentile(lag, 99)), _ms(max(lag) if lag else None)])
             print(f"N={n}: {rows[-1]}", file=sys.stderr, flush=True)
             await drained(server)
+            falls[n] = logs.take()
             runtime.check_engine()
         report.table(["sessions", "turns", "timed out", "v2v p50", "v2v p95",
                       "tokens/s (all)", "p50 vs N=1", "turn vs alone (p50)",
@@ -377,6 +385,16 @@ async def main_async(args: argparse.Namespace) -> int:
                         f"({runtime.cfg.engine.threads or 'one per core but one'}), one for "
                         "Smart Turn, up to every core for Whisper and Piper. stages busy / "
                         "wall: their sum over the run's wall time")
+        logs.stop()
+        if falls:
+            report.table(["waterfall, p50 ms after end of speech",
+                          *(f"N={n}" for n in falls)], p50_rows(falls))
+            report.line("server side, each session's own clock (assistant/loop/waterfall.py): "
+                        "a stage's p50 over the turns that reached it (how many did, when not "
+                        "all); a speculation's stages count for the turns that adopted it")
+            top = max(falls)
+            header, rows = slowest_rows(falls[top])
+            report.table([f"slowest turns at N={top}, ms after end of speech", *header], rows)
         seconds = args.minutes * 60 if args.minutes else args.seconds
         samples = await churn(server, runtime, voices, seconds, args.churn_sessions,
                               args.churn_turns)

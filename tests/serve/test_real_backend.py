@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from assistant.loop import event_log as L
 from assistant.serve.backend import contract as B
 from assistant.turns.end_of_turn import EAGERNESS
 from tests.serve.support import piper_speech, run
@@ -158,6 +159,9 @@ def test_a_reply_the_user_goes_on_over_as_it_begins_is_withdrawn(serve_runtime: 
             await backend.aclose()
         rt.check_engine()
         assert rt.engine_stats()["sequences"] == 0
+        # The session's event log outlives it (bench_serve reads it after the level).
+        started = [e for e in backend.log_entries() if isinstance(e, L.ResponseStartedEntry)]
+        assert len(started) >= 2
 
     run(main(), timeout=240)
 

@@ -113,6 +113,8 @@ class PipelineBackend:
             conversation=self._ensure_ready)
         self._rebuilding = asyncio.Lock()
         self._retiring: set[Conversation] = set()
+        self._closed_entries: list[L.Entry] = []
+        """The event log of the pipeline that was open when the session closed."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._task = self._spawn(self._run(), "pipeline-backend")
 
@@ -169,6 +171,8 @@ class PipelineBackend:
         if self._closed:
             return
         self._closed = True
+        if self._pipeline is not None:
+            self._closed_entries = list(self._pipeline.entries)
         self._source.close()
         await cancel_and_wait(*self._tasks, logger=log, what="session task")
         await self._client.cancel()
@@ -331,9 +335,12 @@ class PipelineBackend:
         return await pipeline.sequence_text()
 
     def log_entries(self) -> list[L.Entry]:
-        """The session pipeline's event log so far (for inspection and tests)."""
+        """The session pipeline's event log so far, or as it was when the session closed
+        (for inspection, tests and benchmarks)."""
         pipeline = self._pipeline
-        return [] if pipeline is None else list(pipeline.entries)
+        if pipeline is None or self._closed:
+            return list(self._closed_entries)
+        return list(pipeline.entries)
 
     # ------------------------------------------------------------------ output
 
