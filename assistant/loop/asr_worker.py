@@ -136,9 +136,12 @@ class AsrWorker(Worker):
         self.options = options
         self.sample_rate = sample_rate
         self._utts: dict[int, _Utterance] = {}
+        self._ended_through = 0
+        """Set on the caller's side: the utterances up to this id were finalized or
+        discarded (ids only grow, and one is open at a time)."""
         super().__init__("asr", post)
 
-    # All state is touched on the worker thread only (commands and background steps).
+    # All other state is touched on the worker thread only (commands and background steps).
 
     def has_background_work(self) -> bool:
         return any(u.unfed and u.partials for u in list(self._utts.values()))
@@ -229,7 +232,7 @@ class AsrWorker(Worker):
         """Ask the audio end-of-turn model about the utterance's audio so far (its
         speech and the pause's silence); posts :class:`AsrAudioScore`, NaN (no answer)
         without a model, for a 16 kHz-only model at another rate, or for an utterance
-        already gone: the pause that asked waits for an answer."""
+        already gone or finalized: the pause that asked waits for an answer."""
         model = self.end_model
         if model is None or self.sample_rate != 16000:
             self.post(AsrAudioScore(utt_id, pause, math.nan))
@@ -237,7 +240,12 @@ class AsrWorker(Worker):
 
         def command() -> None:
             utt = self._utts.get(utt_id)
-            p = model.p_complete(utt.samples()) if utt is not None else math.nan
+            p = math.nan
+            # Asked before the turn ended but reached after, the answer is read by
+            # nobody: eight sessions stopping at once on two cores ran it between the
+            # pause's transcript and the final that reuses it.
+            if utt is not None and utt_id > self._ended_through:
+                p = model.p_complete(utt.samples())
             self.post(AsrAudioScore(utt_id, pause, p))
         self.submit(command)
 
@@ -254,6 +262,8 @@ class AsrWorker(Worker):
         self.submit(command)
 
     def finalize(self, utt_id: int, end_sample: int, *, with_p: bool = False) -> None:
+        self._ended_through = max(self._ended_through, utt_id)
+
         def command() -> None:
             utt = self._utts.pop(utt_id, None)
             if utt is None:
@@ -272,6 +282,8 @@ class AsrWorker(Worker):
         self.submit(command)
 
     def discard(self, utt_id: int) -> None:
+        self._ended_through = max(self._ended_through, utt_id)
+
         def command() -> None:
             utt = self._utts.pop(utt_id, None)
             if utt is not None:

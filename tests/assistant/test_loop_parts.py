@@ -456,3 +456,45 @@ def test_a_clause_cut_mid_phrase_loses_its_trailing_silence() -> None:
     assert comma.num_samples == comma.words[-1].end_sample + RATE // 5
     assert last.num_samples == last.words[-1].end_sample + RATE // 5
     assert [c.start_sample for c in chunks[1:]] == [c.end_sample for c in chunks[:-1]]
+
+
+class _Counted(_HalfSure):
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def p_complete(self, samples: np.ndarray) -> float:
+        self.calls += 1
+        return super().p_complete(samples)
+
+
+def test_an_audio_score_queued_behind_the_turns_end_is_answered_without_the_model() -> None:
+    # A burst of sessions on two cores: the pause's transcript came after the turn had
+    # ended on its silence alone; the score asked at that pause is read by nobody, and
+    # the final (which reuses the pause's transcript) must not wait for the model.
+    posted: list[object] = []
+    model = _Counted()
+    gate = threading.Event()
+
+    class _Slow(CountingTranscriber):
+        def transcribe(self, *args: typing.Any, **kwargs: typing.Any) -> typing.Any:
+            assert gate.wait(5)
+            return super().transcribe(*args, **kwargs)
+
+    w = AsrWorker(_Slow(), StreamingASROptions(  # type: ignore[arg-type]
+        partial_interval_ms=10_000), posted.append, sample_rate=16000,
+        end_model=model)  # type: ignore[arg-type]
+    try:
+        w.open(1, _PAUSED, 0)
+        w.preview(1, _PAUSE_END)  # the pause's transcript, slow to come
+        w.audio_score(1, 1)
+        w.finalize(1, _PAUSE_END)  # the turn ended before either ran
+        w.open(2, _PAUSED, RATE)
+        w.audio_score(2, 2)  # the next utterance's pause is scored as ever
+        gate.set()
+        w.idle().result(timeout=5)
+    finally:
+        w.close()
+    scores = [(p.utt_id, p.p_complete) for p in posted if isinstance(p, AsrAudioScore)]
+    assert math.isnan(scores[0][1]) and scores[1] == (2, 0.5) and model.calls == 1
+    assert [type(p) for p in posted if isinstance(p, (AsrPreview, AsrFinal))] == [
+        AsrPreview, AsrFinal]
