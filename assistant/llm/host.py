@@ -158,6 +158,7 @@ class EngineHost:
         with self._cond:
             self._closed = True
             self._cond.notify()
+        self._nudge_gate()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)
             if self._thread.is_alive():
@@ -178,7 +179,18 @@ class EngineHost:
             if command.session is not None:
                 command.session.queued += 1
             self._cond.notify()
-            return True
+        self._nudge_gate()
+        return True
+
+    def _nudge_gate(self) -> None:
+        """A command (or the close) ends a wait at the gate: only steps are gated."""
+        if self.gate is not None:
+            self.gate.nudge()
+
+    def _wakes(self) -> bool:
+        """Whether a wait at the gate should end now (read on the gate's lock, not the
+        host's: a deque's truth and a bool are read whole)."""
+        return self._closed or any(self._queues)
 
     def idle_future(self, session: HostSession[Any]) -> concurrent.futures.Future[None]:
         fut: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -228,6 +240,8 @@ class EngineHost:
 
     def _run(self) -> None:
         work = False
+        gated_since: float | None = None
+        """When the step now waiting at the gate began to wait (commands run meanwhile)."""
         try:
             while True:
                 with self._cond:
@@ -241,7 +255,12 @@ class EngineHost:
                     self._run_command(command)
                 elif work:
                     if self.gate is not None:
-                        self.gate.wait()
+                        gated_since = gated_since or time.monotonic()
+                        self.gate.wait(self._wakes, since=gated_since)
+                        if self._wakes() and self.gate.held and (
+                                time.monotonic() - gated_since < self.gate.max_hold_s):
+                            continue  # the command first; the step waits on after it
+                        gated_since = None
                     self._step()
                 work = self.backend.has_work()
                 self._settle_idle()

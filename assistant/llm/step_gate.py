@@ -11,8 +11,12 @@ A :class:`StepGate` is held (:meth:`StepGate.hold`) around such urgent work on a
 the engine host calls :meth:`StepGate.wait` before each step, which returns at once when
 nothing holds the gate, and otherwise when the holds are released or ``max_hold_s`` has
 passed (a synthesis that hangs cannot starve the engine). Commands are not gated (a
-barge-in's cut runs between steps as ever), only steps. The work is the same; only its
-order changes.
+barge-in's cut runs between steps as ever), only steps: a command that arrives while
+the engine waits ends the wait (:meth:`StepGate.wait`'s ``wake``, :meth:`StepGate.nudge`).
+Before, it waited with the step; in a daemon's burst, where one session's first clause
+after another held the gate, a session's turn start waited up to 250 ms behind them
+(``bench_serve.py``'s waterfall: 300 ms from the final transcript to the reply's start at
+12 sessions). The work is the same; only its order changes.
 
 A hold may also follow a state (:meth:`StepGate.set_held`): the talk loop holds the gate
 while a reply is paused by speech over it, so the speech's transcript, which decides
@@ -25,7 +29,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator
 
 __all__ = ["StepGate"]
 
@@ -81,22 +85,34 @@ class StepGate:
             with self._cond:
                 self._release()
 
+    def nudge(self) -> None:
+        """Something a waiting engine's ``wake`` reads has changed: read it again."""
+        with self._cond:
+            self._cond.notify_all()
+
     def _release(self) -> None:
         """One hold ends (called holding the condition's lock)."""
         self._holds -= 1
         if self._holds == 0:
             self._cond.notify_all()
 
-    def wait(self) -> float:
-        """Block while the gate is held, at most ``max_hold_s``; the seconds waited."""
+    def wait(self, wake: Callable[[], bool] | None = None, since: float | None = None
+             ) -> float:
+        """Block while the gate is held, at most ``max_hold_s`` after ``since`` (a
+        ``time.monotonic()``; default now: a step that already waited, then let commands
+        run, waits only for the rest), or until ``wake()`` is true (read at the start
+        and at each :meth:`nudge`; it must not block); the seconds waited."""
+        def woken() -> bool:
+            return wake is not None and wake()
+
         with self._cond:
-            if self._holds == 0:
+            if self._holds == 0 or woken():
                 return 0.0
             start = time.monotonic()
-            deadline = start + self.max_hold_s
+            deadline = (start if since is None else since) + self.max_hold_s
             self._waiting += 1
             try:
-                while self._holds > 0:
+                while self._holds > 0 and not woken():
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break

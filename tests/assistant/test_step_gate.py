@@ -137,3 +137,55 @@ def test_a_hold_that_follows_a_state_is_idempotent_and_shared_with_block_holds()
         assert thread.is_alive()
     thread.join(TIMEOUT)
     assert not thread.is_alive() and waited[0] < TIMEOUT and not gate.held
+
+
+def _until(predicate: typing.Callable[[], bool]) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def test_a_command_that_comes_while_a_step_waits_at_the_gate_runs_at_once() -> None:
+    # Only steps are gated: a session's turn start (or a barge-in's cut) must not wait
+    # behind another session's first clause with the step.
+    engine, template = scripted_engine()
+    backend = HeldBackend(engine)
+    gate = StepGate(max_hold_s=TIMEOUT)
+    host = EngineHost(backend, gate=gate)
+    box = Inbox()
+    try:
+        client = DialogueClient(host, scripted_dialogue(template, max_new_tokens=60), box)
+        with gate.hold():
+            client.start_turn(1, "hello", None)
+            box.wait_for(lambda i: isinstance(i, TurnStart))
+            _until(lambda: gate.waiting == 1)
+            steps = backend.steps
+            ran = host.call(lambda b: b.stats()).result(timeout=TIMEOUT / 2)
+            assert ran is not None and gate.held
+            _until(lambda: gate.waiting == 1)  # the step waits on after the command
+            assert backend.steps == steps
+        box.wait_for(lambda i: isinstance(i, ReplyDelta) and i.turn_id == 1 and i.done)
+    finally:
+        host.close()
+
+
+def test_commands_coming_all_along_do_not_hold_a_waiting_step_past_the_cap() -> None:
+    engine, template = scripted_engine()
+    backend = HeldBackend(engine)
+    gate = StepGate(max_hold_s=0.2)
+    host = EngineHost(backend, gate=gate)
+    box = Inbox()
+    try:
+        client = DialogueClient(host, scripted_dialogue(template, max_new_tokens=60), box)
+        with gate.hold():
+            client.start_turn(1, "hello", None)
+            box.wait_for(lambda i: isinstance(i, TurnStart))
+            steps = backend.steps
+            deadline = time.monotonic() + TIMEOUT
+            while backend.steps == steps:  # a command every 20 ms, each ending a wait
+                host.call(lambda b: None).result(timeout=TIMEOUT)
+                time.sleep(0.02)
+                assert time.monotonic() < deadline, "the step never went through"
+    finally:
+        host.close()
