@@ -6,9 +6,12 @@ that a held gate does not let the engine through early and that its cap lets it 
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import threading
 import time
 import typing
+from collections.abc import Iterator
 
 import pytest
 
@@ -55,32 +58,49 @@ def test_a_gate_held_too_long_lets_the_engine_through_after_its_cap() -> None:
         StepGate(max_hold_s=0)
 
 
-def test_engine_steps_wait_at_a_held_gate_while_commands_still_run() -> None:
+@dataclasses.dataclass
+class _Gated:
+    """An engine host with a step gate, and one session's dialogue client on it."""
+
+    backend: HeldBackend
+    gate: StepGate
+    host: EngineHost
+    box: Inbox
+    client: DialogueClient
+
+
+@contextlib.contextmanager
+def _gated(max_hold_s: float) -> Iterator[_Gated]:
     engine, template = scripted_engine()
     backend = HeldBackend(engine)
-    gate = StepGate(max_hold_s=TIMEOUT)
+    gate = StepGate(max_hold_s=max_hold_s)
     host = EngineHost(backend, gate=gate)
     box = Inbox()
-    held = gate.hold()
     try:
         client = DialogueClient(host, scripted_dialogue(template, max_new_tokens=60), box)
-        held.__enter__()
-        client.start_turn(1, "hello", None)
-        box.wait_for(lambda i: isinstance(i, TurnStart))  # a command: not gated
-        steps = backend.steps
-        # The engine thread reaches the gate for its first step and stops there.
-        deadline = time.monotonic() + TIMEOUT
-        while gate.waiting == 0 and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert gate.waiting == 1
-        assert backend.steps == steps  # no step while the gate is held
-        held.__exit__(None, None, None)
-        box.wait_for(lambda i: isinstance(i, ReplyDelta) and i.turn_id == 1 and i.done)
-        assert backend.steps > steps and gate.waited_s > 0
+        yield _Gated(backend, gate, host, box, client)
     finally:
-        if gate.held:
-            held.__exit__(None, None, None)
         host.close()
+
+
+def _until(predicate: typing.Callable[[], bool]) -> None:
+    deadline = time.monotonic() + TIMEOUT
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.002)
+
+
+def test_engine_steps_wait_at_a_held_gate_while_commands_still_run() -> None:
+    with _gated(TIMEOUT) as g:
+        with g.gate.hold():
+            g.client.start_turn(1, "hello", None)
+            g.box.wait_for(lambda i: isinstance(i, TurnStart))  # a command: not gated
+            steps = g.backend.steps
+            # The engine thread reaches the gate for its first step and stops there.
+            _until(lambda: g.gate.waiting == 1)
+            assert g.backend.steps == steps  # no step while the gate is held
+        g.box.wait_for(lambda i: isinstance(i, ReplyDelta) and i.turn_id == 1 and i.done)
+        assert g.backend.steps > steps and g.gate.waited_s > 0
 
 
 class _GateWatcher(ToneSynthesizer):
@@ -139,53 +159,30 @@ def test_a_hold_that_follows_a_state_is_idempotent_and_shared_with_block_holds()
     assert not thread.is_alive() and waited[0] < TIMEOUT and not gate.held
 
 
-def _until(predicate: typing.Callable[[], bool]) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.002)
-
 
 def test_a_command_that_comes_while_a_step_waits_at_the_gate_runs_at_once() -> None:
     # Only steps are gated: a session's turn start (or a barge-in's cut) must not wait
     # behind another session's first clause with the step.
-    engine, template = scripted_engine()
-    backend = HeldBackend(engine)
-    gate = StepGate(max_hold_s=TIMEOUT)
-    host = EngineHost(backend, gate=gate)
-    box = Inbox()
-    try:
-        client = DialogueClient(host, scripted_dialogue(template, max_new_tokens=60), box)
-        with gate.hold():
-            client.start_turn(1, "hello", None)
-            box.wait_for(lambda i: isinstance(i, TurnStart))
-            _until(lambda: gate.waiting == 1)
-            steps = backend.steps
-            ran = host.call(lambda b: b.stats()).result(timeout=TIMEOUT / 2)
-            assert ran is not None and gate.held
-            _until(lambda: gate.waiting == 1)  # the step waits on after the command
-            assert backend.steps == steps
-        box.wait_for(lambda i: isinstance(i, ReplyDelta) and i.turn_id == 1 and i.done)
-    finally:
-        host.close()
+    with _gated(TIMEOUT) as g:
+        with g.gate.hold():
+            g.client.start_turn(1, "hello", None)
+            g.box.wait_for(lambda i: isinstance(i, TurnStart))
+            _until(lambda: g.gate.waiting == 1)
+            steps = g.backend.steps
+            ran = g.host.call(lambda b: b.stats()).result(timeout=TIMEOUT / 2)
+            assert ran is not None and g.gate.held
+            _until(lambda: g.gate.waiting == 1)  # the step waits on after the command
+            assert g.backend.steps == steps
+        g.box.wait_for(lambda i: isinstance(i, ReplyDelta) and i.turn_id == 1 and i.done)
 
 
 def test_commands_coming_all_along_do_not_hold_a_waiting_step_past_the_cap() -> None:
-    engine, template = scripted_engine()
-    backend = HeldBackend(engine)
-    gate = StepGate(max_hold_s=0.2)
-    host = EngineHost(backend, gate=gate)
-    box = Inbox()
-    try:
-        client = DialogueClient(host, scripted_dialogue(template, max_new_tokens=60), box)
-        with gate.hold():
-            client.start_turn(1, "hello", None)
-            box.wait_for(lambda i: isinstance(i, TurnStart))
-            steps = backend.steps
-            deadline = time.monotonic() + TIMEOUT
-            while backend.steps == steps:  # a command every 20 ms, each ending a wait
-                host.call(lambda b: None).result(timeout=TIMEOUT)
-                time.sleep(0.02)
-                assert time.monotonic() < deadline, "the step never went through"
-    finally:
-        host.close()
+    with _gated(0.2) as g, g.gate.hold():
+        g.client.start_turn(1, "hello", None)
+        g.box.wait_for(lambda i: isinstance(i, TurnStart))
+        steps = g.backend.steps
+        deadline = time.monotonic() + TIMEOUT
+        while g.backend.steps == steps:  # a command every 20 ms, each ending a wait
+            g.host.call(lambda b: None).result(timeout=TIMEOUT)
+            time.sleep(0.02)
+            assert time.monotonic() < deadline, "the step never went through"
