@@ -13,10 +13,9 @@ nothing holds the gate, and otherwise when the holds are released or ``max_hold_
 passed (a synthesis that hangs cannot starve the engine). Commands are not gated (a
 barge-in's cut runs between steps as ever), only steps: a command that arrives while
 the engine waits ends the wait (:meth:`StepGate.wait`'s ``wake``, :meth:`StepGate.nudge`).
-Before, it waited with the step; in a daemon's burst, where one session's first clause
-after another held the gate, a session's turn start waited up to 250 ms behind them
-(``bench_serve.py``'s waterfall: 300 ms from the final transcript to the reply's start at
-12 sessions). The work is the same; only its order changes.
+Before, it waited with the step: in a daemon, where one session's first clause after
+another can hold the gate, a session's turn start (or a barge-in's cut) could wait up to
+250 ms behind them. The work is the same; only its order changes.
 
 A hold may also follow a state (:meth:`StepGate.set_held`): the talk loop holds the gate
 while a reply is paused by speech over it, so the speech's transcript, which decides
