@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from loop_human import stage_rows
+
 from assistant.loop.metrics import percentile
 from assistant.loop.waterfall import STAGES, Waterfall, waterfalls
 
@@ -71,7 +73,4 @@ def p50_rows(levels: dict[int, Sequence[Waterfall]]) -> list[list[str]]:
 def slowest_rows(falls: Sequence[Waterfall], count: int = 3) -> tuple[list[str], list[list[str]]]:
     """The ``count`` turns with the latest first audio: a header and one row per stage."""
     slowest = sorted(falls, key=lambda w: -(w.first_audio or 0))[:count]
-    header = [f"turn {w.turn_id} ({w.speculation})" for w in slowest]
-    rows = [[stage] + ["-" if (v := getattr(w, stage)) is None else str(v) for w in slowest]
-            for stage in STAGES]
-    return header, rows
+    return [f"turn {w.turn_id} ({w.speculation})" for w in slowest], stage_rows(slowest)
