@@ -255,7 +255,8 @@ class EngineHost:
                     self._run_command(command)
                 elif work:
                     if self.gate is not None:
-                        gated_since = gated_since or time.monotonic()
+                        if gated_since is None:
+                            gated_since = time.monotonic()
                         self.gate.wait(self._wakes, since=gated_since)
                         if self._wakes() and self.gate.held and (
                                 time.monotonic() - gated_since < self.gate.max_hold_s):
