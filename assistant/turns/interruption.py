@@ -62,8 +62,10 @@ BACKCHANNELS: tuple[str, ...] = (
     "got it", "alright", "all right", "nice", "true", "exactly", "indeed", "go on",
 )
 """Phrases a listener says without taking the floor (lower case, no punctuation). Any
-word of only m's and h's ("mmm", "hmm", "mhm", Whisper's spellings of a hum) counts as
-"mm"."""
+word that is a hum counts as "mm": m's and h's, after at most one vowel, in parts joined
+by hyphens -- Whisper's spellings of one ("mmm", "hmm", "mhm", "mm-hm", "umm", and
+"Emm..." at word probability 0.32 for 400 ms of Piper's "Mm-hmm.", which until then cut
+the reply)."""
 
 INTERRUPT_WORDS: tuple[str, ...] = (
     "stop", "wait", "no", "nope", "nah", "hold", "hang", "actually", "sorry", "excuse",
@@ -81,7 +83,7 @@ noise; coughs and clicks) 200-400 ms in. At 0.15 the real ones cut at an interim
 before; at 0.10 (295), in a run with the speech 5 dB quieter, Piper's "Oh." in noise
 came out "No." at 0.11-0.13. "Mm-hmm." came out "enough" at 0.07-0.09, so that word is
 not one."""
-_HUM = re.compile(r"^[mh]+$")
+_HUM = re.compile(r"^[eu]?[mh]+(?:-[mh]+)*$")
 
 
 @dataclass(frozen=True)

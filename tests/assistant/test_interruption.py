@@ -23,6 +23,14 @@ OPTS = InterruptionOptions()
     ("MMM.", True),
     ("M. M. M. M.", True),
     ("Hmm", True),
+    ("Emm...", True),  # Whisper, 400 ms into Piper's "Mm-hmm." (p 0.32)
+    ("Umm.", True),
+    ("Mm-hm.", True),
+    ("Mhm-mhm.", True),
+    ("Them.", False),
+    ("'em", False),
+    ("Hum.", False),
+    ("Am.", False),  # a word, not a hum
     ("mm hmm", True),
     ("Yeah, right.", True),
     ("Okay.", True),
