@@ -144,6 +144,14 @@ def report(heard: list[Heard], bars: list[float]) -> Report:
     if only:
         out.line("\nCut only at that bar (false stops the interrupt words add):")
         out.table(["bar", "voice", "noise dBFS", "said", "cut ms", "heard", "word p"], only)
+    default = InterruptionOptions()
+    stops = [h for h in false if cuts(h, default)]
+    if stops:
+        out.line(f"\nEvery false stop at the default bar ({default.interrupt_word_min_p:g}): "
+                 "what ASR heard of a backchannel or a noise that cuts the reply:")
+        out.table(["voice", "noise dBFS", "said", "cut ms", "heard", "word p"],
+                  [[h.voice, f"{h.floor_dbfs:g}", h.text, str(h.cut_ms), h.heard,
+                    f"{h.word_p:.2f}"] for h in stops])
     per_voice: dict[str, list[int]] = defaultdict(lambda: [0] * len(bars))
     for h in real:
         if h.cut_ms <= 300:
