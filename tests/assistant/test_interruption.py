@@ -31,6 +31,8 @@ OPTS = InterruptionOptions()
     ("'em", False),
     ("Hum.", False),
     ("Am.", False),  # a word, not a hum
+    ("MM MM MM MM MM MM", True),  # Whisper looping on a hum: one hum
+    ("mm mm mm mm mm stop", False),
     ("mm hmm", True),
     ("Yeah, right.", True),
     ("Okay.", True),
@@ -81,6 +83,27 @@ def test_decide(voiced: int, ended: bool, text: str | None, decision: Decision) 
 def test_words_asr_only_guessed_count_as_a_sound(voiced: int, ended: bool, text: str,
                                                  word_p: float, decision: Decision) -> None:
     assert decide(InterruptionFacts(voiced, ended, text, word_p), OPTS) is decision
+
+
+@pytest.mark.parametrize(("voiced", "ended", "current", "text", "word_p", "decision"), [
+    # One word heard while the speech goes on, unsure: not known yet ("Hmm." as "done.").
+    (300, False, False, "done.", 0.4, Decision.WAIT),
+    (300, True, False, "done.", 0.4, Decision.WAIT),  # decoded before it stopped
+    (1200, False, False, "done.", 0.4, Decision.COMMIT),  # too long for a backchannel
+    # The transcript of all of it decides as ever; so do sure words, words that ask for
+    # the floor, and more than one word.
+    (300, True, True, "done.", 0.4, Decision.COMMIT),
+    (300, False, False, "done.", 0.7, Decision.COMMIT),
+    (300, False, False, "wait", 0.2, Decision.COMMIT),
+    (300, False, False, "What do", 0.4, Decision.COMMIT),
+    # A backchannel word keeps its own rule.
+    (300, True, False, "Okay.", 0.4, Decision.RESUME),
+])
+def test_one_unsure_word_heard_while_the_speech_goes_on_waits(
+        voiced: int, ended: bool, current: bool, text: str, word_p: float,
+        decision: Decision) -> None:
+    facts = InterruptionFacts(voiced, ended, text, word_p, text_current=current)
+    assert decide(facts, OPTS) is decision
 
 
 def test_speech_in_progress_may_be_the_start_of_a_backchannel_phrase() -> None:
@@ -136,6 +159,8 @@ def test_custom_word_list_and_limits() -> None:
         InterruptionOptions(mode="maybe")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="interrupt_word_min_p"):
         InterruptionOptions(interrupt_word_min_p=1.5)
+    with pytest.raises(ValueError, match="interim_word_min_p"):
+        InterruptionOptions(interim_word_min_p=-0.1)
     assert not guessed("stop", 0.28, InterruptionOptions(interrupt_words=("Stop",)))
     quiet = InterruptionOptions(interrupt_words=())
     assert guessed("Stop.", 0.28, quiet)
