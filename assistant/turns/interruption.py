@@ -54,6 +54,7 @@ __all__ = [
     "echoes",
     "BACKCHANNELS",
     "INTERRUPT_WORDS",
+    "INTERRUPT_PHRASES",
 ]
 
 InterruptionMode = Literal["immediate", "tentative"]
@@ -85,6 +86,12 @@ noise; coughs and clicks) 200-400 ms in. At 0.15 the real ones cut at an interim
 before; at 0.10 (295), in a run with the speech 5 dB quieter, Piper's "Oh." in noise
 came out "No." at 0.11-0.13. "Mm-hmm." came out "enough" at 0.07-0.09, so that word is
 not one."""
+INTERRUPT_PHRASES: tuple[str, ...] = ("hold on", "hang on")
+"""Phrases that ask for the floor, trusted lower still (``interrupt_phrase_min_p``): the
+whole of "Hold on." or "Hey, hold on!" in espeak-ng's voices came out word for word at
+0.06-0.13, under the bar of a single interrupt word, and so resumed the reply; no
+backchannel or noise in ``bench/bench_interrupt_words.py``'s 1,200 decodes (interims and
+whole clips) was heard as either."""
 _HUM = re.compile(r"^[eu]?[mh]+(?:-[mh]+)*$")
 
 
@@ -124,6 +131,9 @@ class InterruptionOptions:
     interrupt_word_min_p: float = 0.15
     """A transcript with one of ``interrupt_words`` is a guess only under this lowest
     word probability (``min_word_p`` for other words)."""
+    interrupt_phrases: tuple[str, ...] = INTERRUPT_PHRASES
+    interrupt_phrase_min_p: float = 0.05
+    """A transcript with one of ``interrupt_phrases`` is a guess only under this."""
 
     echo_window_ms: int = 3000
     """:func:`echoes` looks at the reply's words heard in this much of its audio before
@@ -137,7 +147,7 @@ class InterruptionOptions:
             raise ValueError("max_backchannel_ms and max_words must be positive")
         if self.interim_every_ms < 0 or self.min_words_ms < 0 or self.echo_window_ms < 0:
             raise ValueError("interim_every_ms, min_words_ms and echo_window_ms must be >= 0")
-        for name in ("interrupt_word_min_p", "interim_word_min_p"):
+        for name in ("interrupt_word_min_p", "interim_word_min_p", "interrupt_phrase_min_p"):
             if not 0.0 <= getattr(self, name) <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1]")
 
@@ -211,13 +221,28 @@ def guessed(text: str, word_p: float, options: InterruptionOptions) -> bool:
     at: a few words heard with little confidence. More words than a backchannel has are
     speech, however unclear (quiet "Stop, please. That is enough." through echo
     cancellation: "stop" 0.16-0.39). With a word that asks for the floor (``"Stop."``)
-    the bar is ``interrupt_word_min_p``."""
+    the bar is ``interrupt_word_min_p``; with a phrase that does ("Hold on.")
+    ``interrupt_phrase_min_p``."""
     words = _words(text)
     if len(words) > options.max_words:
         return False
-    asks = _asks_for_floor(words, options)
-    floor = options.interrupt_word_min_p if any(asks) else options.min_word_p
+    if _has_phrase(words, options.interrupt_phrases):
+        floor = options.interrupt_phrase_min_p
+    elif any(_asks_for_floor(words, options)):
+        floor = options.interrupt_word_min_p
+    else:
+        floor = options.min_word_p
     return word_p < floor
+
+
+def _has_phrase(words: list[str], phrases: Sequence[str]) -> bool:
+    """Whether ``words`` (from `_words`) hold one of ``phrases``, word for word."""
+    for phrase in phrases:
+        want = _words(phrase)
+        n = len(want)
+        if n and any(words[i:i + n] == want for i in range(len(words) - n + 1)):
+            return True
+    return False
 
 
 def _unsure_word(text: str, word_p: float, options: InterruptionOptions) -> bool:

@@ -137,6 +137,13 @@ def test_speech_in_progress_may_be_the_start_of_a_backchannel_phrase() -> None:
     ("Okay, but", 0.15, False),
     ("x.", 0.05, True),
     ("Stop.", 0.05, True),  # under interrupt_word_min_p: a guess all the same
+    # A phrase that asks for the floor, heard word for word, is trusted lower still
+    # (espeak-ng's "Hold on." at 0.12, "Hey, hold on!" at 0.06).
+    ("Hold on.", 0.12, False),
+    ("Hey, hold on!", 0.06, False),
+    ("hang on", 0.06, False),
+    ("Hold on.", 0.03, True),
+    ("Hold it.", 0.12, True),  # the word alone keeps its bar
     # Other words that unsure are guesses: backchannels, and a hum heard as words.
     ("Oh.", 0.2, True),
     ("ok.", 0.27, True),
@@ -161,6 +168,8 @@ def test_custom_word_list_and_limits() -> None:
         InterruptionOptions(interrupt_word_min_p=1.5)
     with pytest.raises(ValueError, match="interim_word_min_p"):
         InterruptionOptions(interim_word_min_p=-0.1)
+    with pytest.raises(ValueError, match="interrupt_phrase_min_p"):
+        InterruptionOptions(interrupt_phrase_min_p=2.0)
     assert not guessed("stop", 0.28, InterruptionOptions(interrupt_words=("Stop",)))
     quiet = InterruptionOptions(interrupt_words=())
     assert guessed("Stop.", 0.28, quiet)
