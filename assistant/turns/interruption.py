@@ -10,7 +10,7 @@ speech lasted, whether it stopped, and what was said -- as a pure function,
 - words that are not all backchannels ("stop", "wait, what about...") -> **commit**:
   the cut becomes final, exactly as an immediate barge-in (truncate to the heard words);
   one such word heard while the speech goes on and unsure (``interim_word_min_p``:
-  "Hmm." heard "done." at 0.4) is not known yet;
+  "Hmm." heard "done.") is not known yet;
 - speech still going after ``max_backchannel_ms`` -> **commit**: a listener's
   acknowledgement is short, a turn is not, whatever the words;
 - speech that stopped and is only backchannels or no words at all (a cough, a click;
@@ -65,10 +65,9 @@ BACKCHANNELS: tuple[str, ...] = (
     "got it", "alright", "all right", "nice", "true", "exactly", "indeed", "go on",
 )
 """Phrases a listener says without taking the floor (lower case, no punctuation). Any
-word that is a hum counts as "mm": m's and h's, after at most one vowel, in parts joined
-by hyphens -- Whisper's spellings of one ("mmm", "hmm", "mhm", "mm-hm", "umm", and
-"Emm..." at word probability 0.32 for 400 ms of Piper's "Mm-hmm.", which until then cut
-the reply)."""
+word that is a hum counts as "mm": m's and h's, after at most one "e" or "u", in parts
+joined by hyphens -- Whisper's spellings of one ("mmm", "hmm", "mhm", "mm-hm", "umm", and
+"Emm..." for part of Piper's "Mm-hmm.")."""
 
 INTERRUPT_WORDS: tuple[str, ...] = (
     "stop", "wait", "no", "nope", "nah", "hold", "hang", "actually", "sorry", "excuse",
@@ -87,11 +86,10 @@ before; at 0.10 (295), in a run with the speech 5 dB quieter, Piper's "Oh." in n
 came out "No." at 0.11-0.13. "Mm-hmm." came out "enough" at 0.07-0.09, so that word is
 not one."""
 INTERRUPT_PHRASES: tuple[str, ...] = ("hold on", "hang on")
-"""Phrases that ask for the floor, trusted lower still (``interrupt_phrase_min_p``): the
-whole of "Hold on." or "Hey, hold on!" in espeak-ng's voices came out word for word at
-0.06-0.13, under the bar of a single interrupt word, and so resumed the reply; no
-backchannel or noise in ``bench/bench_interrupt_words.py``'s 1,200 decodes (interims and
-whole clips) was heard as either."""
+"""Phrases that ask for the floor, trusted lower still (``interrupt_phrase_min_p``):
+Whisper can write "Hold on." word for word and still be unsure of each word, under the
+bar of a single interrupt word, while no backchannel or noise in
+``bench/bench_interrupt_words.py`` was heard as either phrase."""
 _HUM = re.compile(r"^[eu]?[mh]+(?:-[mh]+)*$")
 
 
@@ -121,12 +119,10 @@ class InterruptionOptions:
     asks for the floor, cuts the reply only from this lowest word probability; under it
     the decision waits for more audio (the next interim, or the transcript of the whole
     speech once it stops). The reply is paused meanwhile, so waiting costs little, and a
-    cut that was wrong costs the rest of the reply: in
-    ``bench/bench_interrupt_words.py`` such words were most of the backchannels' false
-    stops ("Hmm." heard "done." at 0.33-0.48, "Oh." "So..." at 0.31-0.37, "Wow." "what?"
-    at 0.34-0.44): of the same 976 decodes 20 cut without this bar and 3 with it (and a
-    run of hums taken for one), while real interruptions cut by 300 ms went from 295 to
-    256 of 588 ("What do you mean?" heard "What?" at first: the next interim cuts)."""
+    cut that was wrong costs the rest of the reply: such words ("Hmm." heard "done.",
+    "Oh." heard "So...") were most of the backchannels' false stops in
+    ``bench/bench_interrupt_words.py`` (its results: ``interrupt-words.md``); a real
+    interruption first heard as one unsure word ("What?") is cut at a later interim."""
     interrupt_words: tuple[str, ...] = INTERRUPT_WORDS
     interrupt_word_min_p: float = 0.15
     """A transcript with one of ``interrupt_words`` is a guess only under this lowest
@@ -237,12 +233,14 @@ def guessed(text: str, word_p: float, options: InterruptionOptions) -> bool:
 
 def _has_phrase(words: list[str], phrases: Sequence[str]) -> bool:
     """Whether ``words`` (from `_words`) hold one of ``phrases``, word for word."""
-    for phrase in phrases:
-        want = _words(phrase)
-        n = len(want)
-        if n and any(words[i:i + n] == want for i in range(len(words) - n + 1)):
-            return True
-    return False
+    runs = (_words(phrase) for phrase in phrases)
+    return any(run and _has_run(words, run) for run in runs)
+
+
+def _has_run(words: list[str], run: list[str]) -> bool:
+    """Whether ``run`` occurs in ``words``, in order and unbroken."""
+    n = len(run)
+    return any(words[i:i + n] == run for i in range(len(words) - n + 1))
 
 
 def _unsure_word(text: str, word_p: float, options: InterruptionOptions) -> bool:
@@ -269,9 +267,7 @@ def echoes(text: str, played: Sequence[str], options: InterruptionOptions) -> bo
     words = _words(text)
     if not words or all(_asks_for_floor(words, options)):
         return False
-    said = _words(" ".join(played))
-    n = len(words)
-    return any(said[i:i + n] == words for i in range(len(said) - n + 1))
+    return _has_run(_words(" ".join(played)), words)
 
 
 def decide(facts: InterruptionFacts, options: InterruptionOptions) -> Decision:
