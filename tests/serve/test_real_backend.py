@@ -242,8 +242,10 @@ def test_session_update_of_turn_detection_changes_the_pause_rule_that_follows(
     eager = B.TurnDetectionSettings(type="semantic_vad", eagerness="high")
     fixed = B.TurnDetectionSettings(type="server_vad", silence_duration_ms=1500)
     patient = B.TurnDetectionSettings(type="semantic_vad", eagerness="low")
+    # The question alone: the silence after it is the source's, once the client is quiet
+    # (in real time, as a client's that streams; 4 s of it sent at once put the session's
+    # audio clock 4 s ahead, and each reply waited for real time to catch up).
     question = piper_speech(rt, "What is the capital of France?")
-    silence = np.zeros(24000 * 4, np.int16)
 
     async def main() -> None:
         backend = rt.backend_factory(dataclasses.replace(rt.defaults, turn_detection=eager))
@@ -251,8 +253,10 @@ def test_session_update_of_turn_detection_changes_the_pause_rule_that_follows(
         gaps: list[int] = []  # from the end of the question to the end of the turn
         try:
             for td in (eager, fixed, patient):
-                backend.configure(dataclasses.replace(rt.defaults, turn_detection=td))
-                await _speak(backend, np.concatenate([question, silence]))
+                # Short replies: each is played out in real time before the next turn.
+                backend.configure(dataclasses.replace(rt.defaults, turn_detection=td,
+                                                      max_output_tokens=8))
+                await _speak(backend, question)
                 started = await _until(backend, seen,
                                        lambda e: isinstance(e, B.SpeechStarted))
                 stopped = await _until(backend, seen,
