@@ -18,7 +18,7 @@ from typing import Any
 
 from assistant.app.config import load_config, parse_override
 from assistant.app.errors import UserError
-from assistant.app.logging_setup import setup_logging
+from assistant.app.logging_setup import hide_library_bars_off_terminal, setup_logging
 from assistant.app.signals import Terminated, sigterm_raises
 
 __all__ = ["COMMANDS", "build_parser", "main"]
@@ -101,10 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             overrides=overrides,
         )
         setup_logging(cfg.logging.level, json_format=cfg.logging.json_format)
-        if not sys.stderr.isatty():
-            # Library progress bars (transformers' "Loading weights") are for people at a
-            # terminal; in a log they are noise. Read when transformers is imported.
-            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        hide_library_bars_off_terminal()
         with sigterm_raises():
             result = args.func(args, cfg)
         return int(result or 0)

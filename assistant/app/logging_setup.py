@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
-from typing import Any
+from collections.abc import MutableMapping
+from typing import IO, Any
 
-__all__ = ["JsonFormatter", "setup_logging"]
+__all__ = ["JsonFormatter", "hide_library_bars_off_terminal", "setup_logging"]
 
 
 class JsonFormatter(logging.Formatter):
@@ -43,3 +45,15 @@ def setup_logging(level: str = "INFO", *, json_format: bool = False) -> None:
     # Third-party libraries are chatty at INFO.
     for noisy in ("faster_whisper", "httpx", "websockets", "transformers"):
         logging.getLogger(noisy).setLevel(max(logging.WARNING, root.level))
+
+
+def hide_library_bars_off_terminal(stream: IO[str] | None = None,
+                                   env: MutableMapping[str, str] | None = None) -> None:
+    """Library progress bars (transformers' "Loading weights") are for people at a
+    terminal; in a log or a pipe they are noise. Hidden when ``stream`` (stderr) is not a
+    terminal, unless ``HF_HUB_DISABLE_PROGRESS_BARS`` is already set. Call it before
+    transformers is imported (it reads the variable then)."""
+    stream = sys.stderr if stream is None else stream
+    env = os.environ if env is None else env
+    if not stream.isatty():
+        env.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")

@@ -62,6 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from assistant.app.config import default_config_path, load_config
     from assistant.app.errors import UserError
     from assistant.app.heap import freeze_loaded
+    from assistant.app.logging_setup import hide_library_bars_off_terminal
     from assistant.loop.setup import load_models
     from assistant.replay.report import format_conversation, format_metrics
     from assistant.replay.run import ReplayOptions, replay_sync, write_outputs
@@ -71,6 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def say(msg: str) -> None:
         print(msg, file=sys.stderr)
 
+    hide_library_bars_off_terminal()
     models = None
     try:
         cfg = load_config(args.config or default_config_path(), env={})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -80,3 +81,24 @@ def test_sigterm_unwinds_a_command_like_ctrl_c(monkeypatch: pytest.MonkeyPatch,
     assert unwound == [True]
     assert capsys.readouterr().err == "terminated\n"
     assert signal.getsignal(signal.SIGTERM) is before  # restored after the command
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_library_progress_bars_are_hidden_only_off_a_terminal() -> None:
+    """transformers' "Loading weights" bar: shown at a terminal, not in a log or pipe
+    (``make demo > log``, the daemon), and a user's own setting is kept."""
+    from assistant.app.logging_setup import hide_library_bars_off_terminal
+
+    piped: dict[str, str] = {}
+    hide_library_bars_off_terminal(io.StringIO(), piped)
+    assert piped == {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}
+    terminal: dict[str, str] = {}
+    hide_library_bars_off_terminal(_Terminal(), terminal)
+    assert terminal == {}
+    chosen = {"HF_HUB_DISABLE_PROGRESS_BARS": "0"}
+    hide_library_bars_off_terminal(io.StringIO(), chosen)
+    assert chosen == {"HF_HUB_DISABLE_PROGRESS_BARS": "0"}
