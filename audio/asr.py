@@ -168,10 +168,18 @@ class Transcriber:
 
     @classmethod
     def from_model(cls, model: WhisperModel, options: ASROptions | None = None) -> Transcriber:
-        """Wrap an already loaded ``faster_whisper.WhisperModel``."""
+        """Wrap an already loaded ``faster_whisper.WhisperModel``. The encoder window is
+        the model's (`audio.whisper_model.WindowedWhisper`'s, set when it was loaded), so
+        ``options.window_s`` on a model that cannot cut its window is an error rather
+        than quietly the full 30 s."""
         self = cls.__new__(cls)
         self.model_dir = Path("<preloaded>")
         self.options = options if options is not None else ASROptions()
+        if self.options.window_s > 0 and not hasattr(model, "window_frames"):
+            raise ValueError(
+                f"window_s={self.options.window_s:g} needs a model that cuts its encoder "
+                "window (audio.whisper_model.WindowedWhisper, as Transcriber(path, options) "
+                f"loads); {type(model).__name__} always encodes 30 s")
         self._model = model
         self._lock = threading.Lock()
         self.fallbacks = 0

@@ -116,3 +116,11 @@ def test_long_audio_skips_silence_and_keeps_the_original_timeline(
     assert "bicycle" in result.text.lower()
     assert result.words[0].start_ms >= 49_000
     assert result.words[-1].end_ms <= 50_000 + 1000 * speech.shape[0] // RATE + 500
+
+
+def test_a_window_on_a_model_that_cannot_cut_it_is_an_error() -> None:
+    """``window_s`` is the model's to apply: a plain faster-whisper model given one
+    would otherwise decode the full 30 s without a word."""
+    with pytest.raises(ValueError, match="window_s=10 needs a model that cuts"):
+        Transcriber.from_model(ExplodingModel(), ASROptions(window_s=10))
+    Transcriber.from_model(ExplodingModel(), ASROptions(window_s=0))
