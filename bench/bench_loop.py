@@ -51,12 +51,13 @@ from loop_human import ROOM_DBFS, human_report, run_all, stage_rows
 from loop_interruptions import STORY, interruption_bench
 from results import Report, add_no_write, write_results
 from results import percentile_ms as ms
+from serve_falls import p50_rows
 
 from assistant.app.config import AppConfig, default_config_path, load_config, parse_override
 from assistant.loop import event_log as log
 from assistant.loop.metrics import Metrics, percentile
 from assistant.loop.setup import LoopModels, load_models
-from assistant.loop.waterfall import STAGES, Waterfall, waterfalls
+from assistant.loop.waterfall import Waterfall, waterfalls
 from assistant.replay.run import ReplayOptions, replay_sync
 from assistant.replay.scenario import Say, render_scenario
 from audio.wav import write_wav
@@ -335,10 +336,7 @@ def _bench(args: argparse.Namespace, base: AppConfig, opened: contextlib.ExitSta
     report = Report()
     report.table(["measure (ms, wall clock)", "p50", "p95", "n", "target"], rows)
     report.line()
-    report.table(["waterfall, p50 ms after end of speech"] + list(falls),
-                 [[stage] + [ms(tuple(v for w in wf if (v := getattr(w, stage))
-                                       is not None), 50) for wf in falls.values()]
-                  for stage in STAGES])
+    report.table(["waterfall, p50 ms after end of speech"] + list(falls), p50_rows(falls))
     # The slowest three answered turns of the default configuration, stage by stage.
     first = "semantic end of turn" if "semantic end of turn" in falls else next(iter(falls), "")
     default = falls.get(first, [])

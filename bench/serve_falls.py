@@ -13,7 +13,7 @@ makes later.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from loop_human import stage_rows
@@ -50,9 +50,10 @@ class SessionLogs:
                 if w.first_audio is not None]
 
 
-def p50_rows(levels: dict[int, Sequence[Waterfall]]) -> list[list[str]]:
-    """One row per stage (then the speculation hits), one column per N: the stage's p50
-    over the turns that reached it, with how many did when not all."""
+def p50_rows(levels: Mapping[Any, Sequence[Waterfall]]) -> list[list[str]]:
+    """One row per stage (then the speculation hits), one column per level (a load N, a
+    configuration): the stage's p50 over the turns that reached it, with how many did
+    when not all."""
     rows = []
     for stage in STAGES:
         row = [stage]
