@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_write:
         host = machine()
         write_results(f"engine-{host.slug(gpu=device.type == 'cuda')}",
-                      [figures, fenced(printed.getvalue())], command=sys.orig_argv, host=host)
+                      [figures, fenced(printed.getvalue())], command=sys.orig_argv)
     return 0
 
 

@@ -608,8 +608,7 @@ def main() -> None:
         print_report(timings, errors, kernels, steps, len(ckpt.built.layers))
     if not args.no_write:
         host = machine()
-        write_results(f"int-kernel-{host.slug()}", printed.getvalue(), command=sys.orig_argv,
-                      host=host)
+        write_results(f"int-kernel-{host.slug()}", printed.getvalue(), command=sys.orig_argv)
 
 
 def print_header(header: str, flags: set[str], ckpt: Checkpoint, args: argparse.Namespace,

@@ -2,8 +2,9 @@
 
 Every bench script ends by calling :func:`write_results`, which replaces
 ``bench/results/<bench>.md`` with the run's tables under a header naming the machine (CPU
-model, cores, the ISA extensions the engine's kernels care about, torch, GPU), the date and
-the exact command line. ``docs/benchmarks.md`` links to these files instead of copying their
+model, cores, the ISA extensions the engine's kernels care about, torch, GPU), how fast it
+was at the end of the run (`host_speed`: the same machine type has measured 2x apart on
+different days), the date and the exact command line. ``docs/benchmarks.md`` links to these files instead of copying their
 figures, so the figures in the repository are always the last run's, with its machine.
 
 A bench whose figures belong to the machine (the engine's: each CPU runs other kernels)
@@ -33,8 +34,9 @@ from typing import Any, TextIO
 
 try:  # a bench script, with bench/ on the path
     import cpu_mask  # isort: skip
+    import host_speed  # isort: skip
 except ImportError:  # the tests, importing bench.results
-    from bench import cpu_mask  # isort: skip
+    from bench import cpu_mask, host_speed  # isort: skip
 
 __all__ = [
     "RESULTS_DIR", "Machine", "Report", "add_no_write", "capture", "fenced", "machine",
@@ -133,9 +135,11 @@ def machine() -> Machine:
 
 
 def render(bench: str, tables: str | Sequence[str], *, command: Sequence[str] | str,
-           host: Machine | str, date: datetime | str, notes: str = "") -> str:
+           host: Machine | str, date: datetime | str, notes: str = "",
+           speed: host_speed.HostSpeed | None = None) -> str:
     """A results file's text. ``host`` and ``date`` may be given as text (a seeded file
-    states the machine as it was described)."""
+    states the machine as it was described); ``speed``: how fast the host was, if
+    measured (`bench/host_speed.py`)."""
     blocks = [tables] if isinstance(tables, str) else list(tables)
     cmd = command if isinstance(command, str) else shlex.join(command)
     when = date if isinstance(date, str) else date.astimezone(UTC).strftime(
@@ -147,6 +151,8 @@ def render(bench: str, tables: str | Sequence[str], *, command: Sequence[str] | 
         "replaces it. What the bench measures: [docs/benchmarks.md](../../docs/benchmarks.md).",
         "",
         f"- machine: {where}",
+        *([f"- host speed at the end of the run: {speed.describe()} (`bench/host_speed.py`)"]
+          if speed is not None else []),
         f"- date: {when}",
         f"- command: {_code(cmd)}",
         "",
@@ -159,20 +165,27 @@ def render(bench: str, tables: str | Sequence[str], *, command: Sequence[str] | 
 
 def write_results(bench: str, tables: str | Sequence[str], *, command: Sequence[str] | str,
                   notes: str = "", root: Path | None = None, host: Machine | None = None,
-                  date: datetime | None = None) -> Path:
+                  date: datetime | None = None,
+                  speed: host_speed.HostSpeed | None = None) -> Path:
     """Replace ``<root>/<bench>.md`` (root: ``bench/results``) with this run's ``tables``
-    (Markdown blocks: tables, text, :func:`fenced` output) under the machine, the date and
-    ``command`` (``sys.orig_argv`` for the exact command line); a run as another CPU
-    (`cpu_mask`) writes ``<bench>-as-<cpu>.md``. Returns the path."""
+    (Markdown blocks: tables, text, :func:`fenced` output) under the machine, how fast it
+    was, the date and ``command`` (``sys.orig_argv`` for the exact command line); a run as
+    another CPU (`cpu_mask`) writes ``<bench>-as-<cpu>.md``. Returns the path.
+
+    ``host`` None: this machine, and its speed measured now (`host_speed.measure`, ~0.5
+    s) unless ``speed`` is given; a ``host`` given is described as it is, with ``speed``
+    only if given."""
     if not re.fullmatch(r"[a-z0-9][a-z0-9.-]*", bench):
         raise ValueError(f"bench name {bench!r}: lowercase letters, digits, '.' and '-' only")
-    host = host or machine()
+    if host is None:
+        host = machine()
+        speed = speed or host_speed.measure()
     if host.masked_as and not bench.endswith(f"-as-{host.masked_as}"):
         bench += f"-as-{host.masked_as}"  # a masked run never replaces the machine's own
     path = (root or RESULTS_DIR) / f"{bench}.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     text = render(bench, tables, command=command, host=host,
-                  date=date or datetime.now(UTC), notes=notes)
+                  date=date or datetime.now(UTC), notes=notes, speed=speed)
     tmp = path.with_suffix(".md.tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.host_speed import HostSpeed, measure
 from bench.results import (
     RESULTS_DIR,
     Machine,
@@ -79,6 +80,40 @@ def test_slugs_name_the_kind_of_machine() -> None:
                   gpus=("NVIDIA H200",))
     assert gpu.slug(gpu=True) == "nvidia-h200"
     assert "GPU: NVIDIA H200" in gpu.describe()
+
+
+def test_a_run_on_this_machine_says_how_fast_it_was(tmp_path: Path) -> None:
+    path = write_results("echo", "| a |\n|---|\n| 1 |", command="x", root=tmp_path)
+    line = next(x for x in path.read_text(encoding="utf-8").splitlines()
+                if x.startswith("- host speed"))
+    assert re.fullmatch(r"- host speed at the end of the run: Python \d+ ns a loop step, "
+                        r"memory read \d+\.\d GB/s on one core, first touch of memory "
+                        r"\d+\.\d us per 4 KiB page \(`bench/host_speed.py`\)", line), line
+
+
+def test_a_described_machine_gets_the_speed_it_is_given_or_none(tmp_path: Path) -> None:
+    none = write_results("echo", "x", command="x", root=tmp_path, host=XEON, date=WHEN)
+    assert "host speed" not in none.read_text(encoding="utf-8")
+    given = write_results("echo", "x", command="x", root=tmp_path, host=XEON, date=WHEN,
+                          speed=HostSpeed(python_ns=31.4, memory_gb_s=12.25,
+                                          first_touch_us=16.04))
+    assert ("- machine: Intel(R) Xeon(R) Platinum 8481C CPU @ 2.70GHz, 2 cores (x86_64); "
+            "AVX2, AVX-512, AVX512-VNNI, AVX512-BF16, AMX; torch 2.13.0 (ATen AVX512 kernels); "
+            "GPU: none\n- host speed at the end of the run: Python 31 ns a loop step, memory "
+            "read 12.2 GB/s on one core, first touch of memory 16.0 us per 4 KiB page "
+            "(`bench/host_speed.py`)\n- date: 2026-12-05 09:30 UTC\n"
+            ) in given.read_text(encoding="utf-8")
+
+
+def test_host_speed_figures_are_of_this_host() -> None:
+    speed = measure(tries=1, memory_mib=64, touch_mib=8)
+    # Wide bounds, any CPU of the last decade under any load: each figure is a real
+    # measurement (not NaN, not zero, not off by a unit's factor of 1000).
+    assert 1 < speed.python_ns < 2_000
+    assert 0.2 < speed.memory_gb_s < 2_000
+    assert 0.01 < speed.first_touch_us < 5_000
+    with pytest.raises(ValueError):
+        measure(tries=0)
 
 
 def test_this_machine_is_read() -> None:
