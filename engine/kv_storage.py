@@ -15,6 +15,8 @@ cache).
 
 from __future__ import annotations
 
+import math
+import mmap
 from collections.abc import Iterable, Sequence
 
 import torch
@@ -36,6 +38,24 @@ eight of an eighth of it; the copy is kept between steps, so that much more memo
 in use after a long conversation."""
 
 
+def zeros(shape: Sequence[int], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """A zero tensor that, on a CPU, costs neither time nor memory until its pages are
+    written: an anonymous memory map, which the kernel zero-fills a 4 KiB page at a time
+    on first use. ``torch.zeros`` writes every byte at once: the default pool (2,048 pages,
+    755 MB of bfloat16 K and V) took 0.3 s of each start at a quiet moment and 3.0-3.2 s
+    while loading in the 2-core microVM the suite runs on, whose page faults are slow
+    (`load_models` profiled), and all of it stayed resident from the start. The first
+    write to a pool page pays for its memory instead: ~90 faults for a 16-token page of
+    every layer (SmolLM2), ~0.2 ms at the microVM's ~2 us a fault
+    (`bench/host_speed.py`). Other devices: ``torch.zeros``."""
+    device = torch.device(device)
+    nbytes = math.prod(shape) * dtype.itemsize
+    if device.type != "cpu" or nbytes == 0:
+        return torch.zeros(tuple(shape), dtype=dtype, device=device)
+    region = mmap.mmap(-1, nbytes)  # page-aligned; the tensor keeps it alive
+    return torch.frombuffer(region, dtype=dtype).view(tuple(shape))
+
+
 class KVStorage:
     """Owns the K and V tensors of every layer; zero-initialised so padding reads are finite."""
 
@@ -50,8 +70,8 @@ class KVStorage:
         self.page_bytes = num_kv_heads * page_size * head_dim * dtype.itemsize
         """Bytes of one page of one layer, K or V."""
         shape = (num_layers, num_kv_heads, num_pages, page_size, head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k = zeros(shape, dtype, device)
+        self.v = zeros(shape, dtype, device)
         flat = (num_kv_heads, num_pages * page_size, head_dim)
         self._k_flat = [self.k[i].view(flat) for i in range(num_layers)]
         self._v_flat = [self.v[i].view(flat) for i in range(num_layers)]

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 from engine.errors import EngineError
-from engine.kv_storage import KVStorage, StepKV
+from engine.kv_storage import KVStorage, StepKV, zeros
 from engine.loader import runner_from_hf_model
 from engine.runner import DecodeItem
 
@@ -36,6 +37,34 @@ def test_copy_slots_copies_prefix_of_page_in_every_layer() -> None:
     assert torch.equal(k[:, 3, 2:], before_k[:, 3, 2:])  # rest of the page untouched
     untouched = [0, 1, 2]
     assert torch.equal(k[:, untouched], before_k[:, untouched])
+
+
+def _resident_mib() -> float:
+    with open("/proc/self/status", encoding="ascii") as status:
+        line = next(x for x in status if x.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1024
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads Linux's VmRSS")
+def test_a_new_pool_is_zeros_and_takes_memory_only_where_it_is_written() -> None:
+    before = _resident_mib()
+    pool = zeros((8, 3, 4096, 16, 64), torch.bfloat16, "cpu")  # 192 MiB
+    assert _resident_mib() - before < 64  # torch.zeros: +192
+    assert pool.shape == (8, 3, 4096, 16, 64) and pool.dtype == torch.bfloat16
+    assert pool.is_contiguous() and pool.data_ptr() % 64 == 0
+    pool[:, :, 7].fill_(1.5)  # one page of every layer and head
+    assert _resident_mib() - before < 64
+    assert float(pool[:, :, 7].sum()) == 1.5 * 8 * 3 * 16 * 64
+    sample = pool[:, :, ::97]  # untouched pages read as zeros (padding reads are finite)
+    assert int(torch.count_nonzero(sample)) == 0
+
+
+def test_a_new_storage_reads_zeros_everywhere() -> None:
+    kv = KVStorage(num_layers=2, num_pages=4, page_size=3, num_kv_heads=2, head_dim=5,
+                   dtype=torch.bfloat16)
+    assert kv.k.dtype == kv.v.dtype == torch.bfloat16
+    assert int(torch.count_nonzero(kv.k)) == int(torch.count_nonzero(kv.v)) == 0
+    assert kv.k.data_ptr() != kv.v.data_ptr()
 
 
 def test_flat_layer_view_addresses_page_slots() -> None:
