@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,18 @@ def test_a_new_pool_is_zeros_and_takes_memory_only_where_it_is_written() -> None
     assert float(pool[:, :, 7].sum()) == 1.5 * 8 * 3 * 16 * 64
     sample = pool[:, :, ::97]  # untouched pages read as zeros (padding reads are finite)
     assert int(torch.count_nonzero(sample)) == 0
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_writes_its_own_copy_of_the_pool() -> None:
+    pool = zeros((2, 2, 8, 4, 8), torch.float32, "cpu")
+    pid = os.fork()
+    if pid == 0:  # the child: write, then leave without running the parent's cleanup
+        pool.fill_(3.0)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert int(torch.count_nonzero(pool)) == 0  # a shared map would read 3.0 here
 
 
 def test_a_new_storage_reads_zeros_everywhere() -> None:
