@@ -1,20 +1,18 @@
 """How fast this host is right now, in three figures a results file can carry.
 
-The same code on the same machine type has measured up to 2x apart on different days here
-(a 2-core AMD EPYC in a Firecracker microVM): the engine's int4 batch-1 decode 114 tok/s
-and prefill 572 tok/s on 2026-12-07 against 230 and 2,096 on 2026-12-06 (`bench_engine.py
---formats int4`, same code); one Whisper decode 141 vs 72 ms on two other days. The results files
-said "this host is slower today" without a figure to show it. These three are the costs the
-benches are made of, each in a fraction of a second:
+The same code on the same kind of machine (a 2-core virtual machine) has measured far apart
+on different days, and the results files could only say "this host is slower today"
+without a figure to show it. These three are the costs the benches are made of, each
+measured in a fraction of a second:
 
 - **Python**: nanoseconds per step of a small interpreted loop. Batch-1 decode, the event
   loop and every per-frame path are mostly calls from Python.
 - **Memory read**: GB/s of one core summing an array far larger than the caches (numpy,
   one thread). Batch-1 decode streams the weights once per token.
 - **First touch**: microseconds per 4 KiB page written for the first time in fresh
-  anonymous memory (a page fault and the zeroing behind it). ~0.3-0.5 us on bare metal;
-  in a virtual machine that backs guest memory lazily, or shadows its page tables, it can
-  be 10-50x that, and model loading (hundreds of MB of new tensors) pays it.
+  anonymous memory (a page fault and the zeroing behind it), cheap on bare metal and
+  many times dearer in a virtual machine that backs guest memory lazily or shadows its
+  page tables; model loading (hundreds of MB of new tensors) pays it.
 
 Each figure is the best of a few tries, so a busy moment weighs less than a quiet one.
 """
@@ -63,8 +61,7 @@ def _python_ns(steps: int = 200_000) -> float:
     start = time.perf_counter_ns()
     for i in range(steps):
         total += i & 7
-    elapsed = time.perf_counter_ns() - start
-    return elapsed / steps if total >= 0 else float("nan")
+    return (time.perf_counter_ns() - start) / steps
 
 
 def _memory_gb_s(mib: int, tries: int) -> float:

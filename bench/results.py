@@ -3,9 +3,10 @@
 Every bench script ends by calling :func:`write_results`, which replaces
 ``bench/results/<bench>.md`` with the run's tables under a header naming the machine (CPU
 model, cores, the ISA extensions the engine's kernels care about, torch, GPU), how fast it
-was at the end of the run (`host_speed`: the same machine type has measured 2x apart on
-different days), the date and the exact command line. ``docs/benchmarks.md`` links to these files instead of copying their
-figures, so the figures in the repository are always the last run's, with its machine.
+was at the end of the run (`host_speed`: the same kind of machine runs at other speeds on
+other days), the date and the exact command line. ``docs/benchmarks.md`` links to these
+files instead of copying their figures, so the figures in the repository are always the
+last run's, with its machine.
 
 A bench whose figures belong to the machine (the engine's: each CPU runs other kernels)
 puts :meth:`Machine.slug` in its name, one file per kind of machine; the others keep one

@@ -41,14 +41,11 @@ in use after a long conversation."""
 def zeros(shape: Sequence[int], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
     """A zero tensor that, on a CPU, costs neither time nor memory until its pages are
     written: an anonymous memory map, which the kernel zero-fills a 4 KiB page at a time
-    on first use. ``torch.zeros`` writes every byte at once: the default pool (2,048 pages,
-    755 MB of bfloat16 K and V) took 0.3 s of each start at a quiet moment and 3.0-3.2 s
-    while loading in the 2-core microVM the suite runs on, whose page faults are slow
-    (`load_models` profiled), and all of it stayed resident from the start. The first
-    write to a pool page pays for its memory instead: ~90 faults for a 16-token page of
-    every layer (SmolLM2); in the microVM, 32 pages first written in 13.6 ms and again in
-    1.3 ms, ~0.4 ms a page, against ~900 ms to prefill their 512 tokens there. Other
-    devices: ``torch.zeros``."""
+    on first use. ``torch.zeros`` writes every byte at once, so the whole pool was paid
+    for at every start (most in a virtual machine whose page faults are slow) and stayed
+    resident though a conversation uses a few pages of it. The first write to a pool page
+    pays for its memory instead, a small part of computing the tokens it holds (figures:
+    the commit that made this). Other devices: ``torch.zeros``."""
     device = torch.device(device)
     nbytes = math.prod(shape) * dtype.itemsize
     if device.type != "cpu" or nbytes == 0:
