@@ -75,9 +75,12 @@ def _memory_gb_s(mib: int, tries: int) -> float:
 
 
 def _first_touch_us(mib: int) -> float:
-    # Anonymous memory: zero-filled by the kernel on the first write to each page, and
-    # not made of transparent huge pages unless asked (the kernel's "madvise" setting).
-    region = mmap.mmap(-1, mib << 20)
+    # Private anonymous memory, as the heap and the engine's KV pool are (Python's default
+    # anonymous map is shared memory, whose faults take another path): zero-filled by the
+    # kernel on the first write to each page, and not made of transparent huge pages
+    # unless asked (the kernel's "madvise" setting).
+    private = {"flags": mmap.MAP_PRIVATE} if hasattr(mmap, "MAP_PRIVATE") else {}
+    region = mmap.mmap(-1, mib << 20, **private)
     try:
         view = np.frombuffer(region, dtype=np.uint8)
         start = time.perf_counter()
